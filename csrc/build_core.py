@@ -1,0 +1,24 @@
+"""cffi builder for the C core: `qgpu_min._core` from the C99 sources in csrc/."""
+import glob
+import os
+
+from cffi import FFI
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+ffibuilder = FFI()
+with open(os.path.join(HERE, "qgpu_core.h")) as f:
+    # The header's declarations between the CDEF markers are what Python sees.
+    text = f.read()
+    ffibuilder.cdef(text.split("/* CDEF BEGIN */")[1].split("/* CDEF END */")[0])
+
+ffibuilder.set_source(
+    "qgpu_min._core",
+    '#include "qgpu_core.h"',
+    sources=sorted(os.path.relpath(p) for p in glob.glob(os.path.join(HERE, "*.c"))),
+    include_dirs=[os.path.relpath(HERE)],
+    extra_compile_args=["-O3", "-std=c99"],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

@@ -1,0 +1,14 @@
+"""The `qgpu-min` command line. Each area registers its own commands; this file only gathers them."""
+import click
+
+from . import __version__
+
+
+@click.group()
+@click.version_option(__version__, prog_name="qgpu-min")
+def main() -> None:
+    """A small SIMT GPU compiled into the weights of Qwen3.5-2B."""
+
+
+# Area command modules are imported here; each defines click commands and is owned by its area.
+# (add_command lines are appended as the areas land)
