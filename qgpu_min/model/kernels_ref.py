@@ -1,0 +1,178 @@
+"""NumPy reference kernels: the readable statement of what each C kernel in `kernels.py` computes.
+
+Same signatures as `qgpu_min.model.kernels`. Activations are float32, bf16 weights are raw uint16 bit
+patterns (see `bf16.py`). The math follows `shared/reference/qwen35-2b.md` §3; every step is float32.
+These functions trust their inputs; `kernels.py` validates at the boundary.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from qgpu_min.errors import QgpuError
+from qgpu_min.model.bf16 import bf16_to_f32
+
+# Below this fraction of nonzero weights, `maybe_sparse` picks the CSR path (see docs/ccore.md for the
+# measurement behind it: the sparse kernel reads 6 bytes per nonzero and gathers x, dense reads 2 per weight).
+SPARSE_MAX_DENSITY = 0.05
+
+
+class KernelInputError(QgpuError, ValueError):
+    """A kernel argument has the wrong dtype, shape or layout; the message names the argument."""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# bf16 weight x f32 activation products (fp32 accumulation). W is [out, in]; lin(x, W) = x @ W.T.
+
+
+@dataclass(frozen=True)
+class SparseBF16:
+    """A mostly-zero bf16 matrix [out, in] in CSR form.
+
+    Row r's nonzeros are values[indptr[r]:indptr[r+1]] (bf16 bits) at columns indices[same range], columns
+    ascending. Zero weights (+0 and -0) are structural: they are dropped, so 0 * inf activations give 0.
+    """
+
+    shape: tuple[int, int]
+    indptr: np.ndarray  # int64 [out + 1]
+    indices: np.ndarray  # int32 [nnz]
+    values: np.ndarray  # uint16 [nnz], bf16 bits
+
+    @property
+    def nnz(self) -> int:
+        return int(self.indices.shape[0])
+
+    @property
+    def density(self) -> float:
+        return self.nnz / max(1, self.shape[0] * self.shape[1])
+
+    @classmethod
+    def from_dense(cls, w_bits: np.ndarray) -> "SparseBF16":
+        """Build from a dense uint16 [out, in] matrix of bf16 bits."""
+        if not isinstance(w_bits, np.ndarray) or w_bits.dtype != np.uint16 or w_bits.ndim != 2:
+            raise KernelInputError(
+                f"SparseBF16.from_dense needs a 2-D uint16 array of bf16 bits, got "
+                f"{_describe(w_bits)}")
+        if w_bits.shape[1] >= 2**31:
+            raise KernelInputError(f"SparseBF16: {w_bits.shape[1]} columns exceed the int32 column index")
+        nonzero = (w_bits & np.uint16(0x7FFF)) != 0  # +0 is 0x0000, -0 is 0x8000
+        rows, cols = np.nonzero(nonzero)  # row-major order: rows ascending, columns ascending within a row
+        indptr = np.zeros(w_bits.shape[0] + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=w_bits.shape[0]), out=indptr[1:])
+        return cls(shape=(int(w_bits.shape[0]), int(w_bits.shape[1])), indptr=indptr,
+                   indices=cols.astype(np.int32), values=np.ascontiguousarray(w_bits[rows, cols]))
+
+    def to_dense(self) -> np.ndarray:
+        """The dense uint16 [out, in] matrix (for tests and inspection)."""
+        dense = np.zeros(self.shape, dtype=np.uint16)
+        dense[self._row_of_each_value(), self.indices] = self.values
+        return dense
+
+    def _row_of_each_value(self) -> np.ndarray:
+        return np.repeat(np.arange(self.shape[0]), np.diff(self.indptr))
+
+
+def _describe(a: object) -> str:
+    if isinstance(a, np.ndarray):
+        return f"dtype {a.dtype}, shape {a.shape}"
+    return f"{type(a).__name__}"
+
+
+def maybe_sparse(w_bits: np.ndarray, max_density: float = SPARSE_MAX_DENSITY) -> np.ndarray | SparseBF16:
+    """The operand to hand to matvec_bf16/matmul_bf16: CSR when few weights are nonzero, else w_bits itself."""
+    sparse = SparseBF16.from_dense(w_bits)
+    return sparse if sparse.density <= max_density else w_bits
+
+
+def matvec_bf16(w_bits: np.ndarray | SparseBF16, x: np.ndarray) -> np.ndarray:
+    """y[o] = sum_i W[o, i] * x[i]: W bf16 [out, in] (dense bits or SparseBF16), x f32 [in] -> f32 [out]."""
+    if isinstance(w_bits, SparseBF16):
+        return sparse_matvec(w_bits, x)
+    return bf16_to_f32(w_bits) @ x
+
+
+def matmul_bf16(w_bits: np.ndarray | SparseBF16, x: np.ndarray) -> np.ndarray:
+    """Y = X @ W.T: W bf16 [out, in] (dense bits or SparseBF16), X f32 [n, in] -> f32 [n, out]."""
+    if isinstance(w_bits, SparseBF16):
+        return sparse_matmul(w_bits, x)
+    return x @ bf16_to_f32(w_bits).T
+
+
+def sparse_matvec(w: SparseBF16, x: np.ndarray) -> np.ndarray:
+    """matvec_bf16 over the nonzeros only: y[r] = sum over row r's entries of value * x[column]."""
+    y = np.zeros(w.shape[0], dtype=np.float32)
+    np.add.at(y, w._row_of_each_value(), bf16_to_f32(w.values) * x[w.indices])
+    return y
+
+
+def sparse_matmul(w: SparseBF16, x: np.ndarray) -> np.ndarray:
+    """matmul_bf16 over the nonzeros only: Y[t, r] = sum over row r's entries of value * X[t, column]."""
+    y = np.zeros((x.shape[0], w.shape[0]), dtype=np.float32)
+    products = bf16_to_f32(w.values)[None, :] * x[:, w.indices]  # [n, nnz]
+    np.add.at(y.T, w._row_of_each_value(), products.T)
+    return y
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Norms and elementwise functions (float32 math).
+
+
+def rmsnorm(x: np.ndarray, w: np.ndarray, eps: float, plus_one: bool) -> np.ndarray:
+    """x * rsqrt(mean(x^2) + eps) * (1 + w if plus_one else w), over the last axis.
+
+    plus_one=True is Qwen3.5's zero-centred RMSNorm (layer norms, final norm, q/k norms): neutral weight 0.
+    """
+    variance = np.mean(x * x, axis=-1, keepdims=True, dtype=np.float32)
+    scale = (np.float32(1) + w) if plus_one else w
+    return (x * (np.float32(1) / np.sqrt(variance + np.float32(eps)))) * scale
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    """x * sigmoid(x), float32."""
+    return x / (np.float32(1) + np.exp(-x))
+
+
+def gated_rmsnorm(x: np.ndarray, z: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """DeltaNet output norm per head (last axis = head dim): rmsnorm(x) * w * silu(z), w plain (not 1+w)."""
+    return rmsnorm(x, w, eps, plus_one=False) * silu(z)
+
+
+def l2norm(x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    """x * rsqrt(sum(x^2) + eps) over the last axis: HF's l2norm, eps added to the sum of squares."""
+    sum_sq = np.sum(x * x, axis=-1, keepdims=True, dtype=np.float32)
+    return x * (np.float32(1) / np.sqrt(sum_sq + np.float32(eps)))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Gated DeltaNet pieces (reference §3.2 steps 2 and 7), one token.
+
+
+def conv_update(conv_state: np.ndarray, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Causal depthwise conv, one token; returns the pre-SiLU output f32 [C] and shifts conv_state in place.
+
+    conv_state [C, K-1] holds the previous K-1 inputs, oldest first; w [C, K], tap K-1 meets the new x.
+    """
+    window = np.concatenate([conv_state, x[:, None]], axis=1)  # [C, K], oldest first
+    out = w[:, 0] * window[:, 0]
+    for j in range(1, w.shape[1]):  # taps summed in order, as the C kernel does
+        out = out + w[:, j] * window[:, j]
+    conv_state[:] = window[:, 1:]
+    return out
+
+
+def deltanet_step(S: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray,
+                  beta: np.ndarray) -> np.ndarray:
+    """Gated delta rule for one token, all heads; updates S [H, dk, dv] in place, returns o f32 [H, dv].
+
+    q, k [H, dk] are already l2-normalised (q also scaled by 1/sqrt(dk)); v [H, dv]; g [H] <= 0 is the
+    log-decay; beta [H] in (0, 1) the write strength. Per head h, in this order (decay, write, read):
+    """
+    o = np.empty((S.shape[0], S.shape[2]), dtype=np.float32)
+    for h in range(S.shape[0]):
+        S[h] *= np.exp(g[h])                      # decay:  S = S * exp(g)
+        kv = S[h].T @ k[h]                        #         kv[v] = sum_i S[i, v] k[i]  (what S recalls for k)
+        delta = (v[h] - kv) * beta[h]             # write:  delta = (v - kv) * beta
+        S[h] += np.outer(k[h], delta)             #         S[i, v] += k[i] delta[v]
+        o[h] = S[h].T @ q[h]                      # read:   o[v] = sum_i S[i, v] q[i]  (updated state)
+    return o
