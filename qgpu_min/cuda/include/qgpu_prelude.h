@@ -1,0 +1,166 @@
+/* qgpu_prelude.h -- the CUDA device environment for qgpu-min, written for clang's CUDA mode.
+ *
+ * The front end compiles with -nocudainc (no CUDA SDK headers), so everything a kernel takes for
+ * granted is declared here on top of clang's NVPTX builtins:
+ *   - the qualifiers __global__, __device__, __host__, __shared__, __constant__, __forceinline__;
+ *   - threadIdx, blockIdx, blockDim, gridDim (read through __nvvm_read_ptx_sreg_*), warpSize = 4;
+ *   - __syncthreads, __syncwarp;
+ *   - atomicAdd/Sub/Min/Max/Exch/CAS/And/Or/Xor/Inc/Dec for int and unsigned int;
+ *   - __shfl_sync, __shfl_up_sync, __shfl_down_sync, __shfl_xor_sync (int and unsigned);
+ *   - min, max, abs, __popc, __clz, __brev, __ffs, __mulhi, __umulhi.
+ * Our machine's warp has 4 lanes, so warpSize is 4 and a shuffle's default width is 4.
+ * nvcc does not use this file: it brings its own headers.
+ */
+#ifndef QGPU_PRELUDE_H
+#define QGPU_PRELUDE_H
+
+#define __host__ __attribute__((host))
+#define __device__ __attribute__((device))
+#define __global__ __attribute__((global))
+#define __shared__ __attribute__((shared))
+#define __constant__ __attribute__((constant))
+#define __managed__ __attribute__((managed))
+#define __launch_bounds__(...) __attribute__((launch_bounds(__VA_ARGS__)))
+#define __forceinline__ __inline__ __attribute__((always_inline))
+#define __noinline__ __attribute__((noinline))
+#define __restrict__ __restrict
+
+#define QGPU_DEV static __device__ __forceinline__
+
+/* ---- vector types used by the built-in variables and by host launch code ---- */
+struct uint3 {
+  unsigned int x, y, z;
+};
+struct dim3 {
+  unsigned int x, y, z;
+  __host__ __device__ constexpr dim3(unsigned int vx = 1, unsigned int vy = 1, unsigned int vz = 1)
+      : x(vx), y(vy), z(vz) {}
+  __host__ __device__ constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
+  __host__ __device__ constexpr operator uint3() const { return uint3{x, y, z}; }
+};
+
+/* ---- built-in variables: properties whose getters read the PTX special registers ---- */
+#define QGPU_BUILTIN_VAR(TYPE, NAME, SREG)                                                      \
+  struct TYPE {                                                                                  \
+    QGPU_DEV unsigned int get_x() { return __nvvm_read_ptx_sreg_##SREG##_x(); }                  \
+    QGPU_DEV unsigned int get_y() { return __nvvm_read_ptx_sreg_##SREG##_y(); }                  \
+    QGPU_DEV unsigned int get_z() { return __nvvm_read_ptx_sreg_##SREG##_z(); }                  \
+    __declspec(property(get = get_x)) unsigned int x;                                            \
+    __declspec(property(get = get_y)) unsigned int y;                                            \
+    __declspec(property(get = get_z)) unsigned int z;                                            \
+    __device__ operator uint3() const { return uint3{get_x(), get_y(), get_z()}; }              \
+    __device__ operator dim3() const { return dim3(get_x(), get_y(), get_z()); }                 \
+  };                                                                                             \
+  extern const __device__ __attribute__((weak)) TYPE NAME
+
+QGPU_BUILTIN_VAR(__qgpu_threadIdx_t, threadIdx, tid);
+QGPU_BUILTIN_VAR(__qgpu_blockIdx_t, blockIdx, ctaid);
+QGPU_BUILTIN_VAR(__qgpu_blockDim_t, blockDim, ntid);
+QGPU_BUILTIN_VAR(__qgpu_gridDim_t, gridDim, nctaid);
+#undef QGPU_BUILTIN_VAR
+
+/* Our machine's warp: 4 lanes. A constant, so shuffle widths fold at compile time. */
+#define warpSize 4
+
+/* ---- barriers ---- */
+/* __syncthreads() is a clang builtin in CUDA mode (bar.sync 0). */
+QGPU_DEV void __syncwarp(unsigned int mask = 0xffffffffu) { __nvvm_bar_warp_sync(mask); }
+
+/* ---- atomics: return the old value, as CUDA's do ---- */
+QGPU_DEV int atomicAdd(int *p, int v) { return __nvvm_atom_add_gen_i(p, v); }
+QGPU_DEV unsigned int atomicAdd(unsigned int *p, unsigned int v) {
+  return (unsigned int)__nvvm_atom_add_gen_i((int *)p, (int)v);
+}
+QGPU_DEV int atomicSub(int *p, int v) { return __nvvm_atom_add_gen_i(p, -v); }
+QGPU_DEV unsigned int atomicSub(unsigned int *p, unsigned int v) {
+  return (unsigned int)__nvvm_atom_add_gen_i((int *)p, -(int)v);
+}
+QGPU_DEV int atomicExch(int *p, int v) { return __nvvm_atom_xchg_gen_i(p, v); }
+QGPU_DEV unsigned int atomicExch(unsigned int *p, unsigned int v) {
+  return (unsigned int)__nvvm_atom_xchg_gen_i((int *)p, (int)v);
+}
+QGPU_DEV int atomicMin(int *p, int v) { return __nvvm_atom_min_gen_i(p, v); }
+QGPU_DEV unsigned int atomicMin(unsigned int *p, unsigned int v) { return __nvvm_atom_min_gen_ui(p, v); }
+QGPU_DEV int atomicMax(int *p, int v) { return __nvvm_atom_max_gen_i(p, v); }
+QGPU_DEV unsigned int atomicMax(unsigned int *p, unsigned int v) { return __nvvm_atom_max_gen_ui(p, v); }
+/* CAS through the relaxed __atomic builtin: clang 22 turns __nvvm_atom_cas_gen_i into a seq_cst
+ * cmpxchg (fence.sc.sys + atom.acquire.sys), which adds an opcode for nothing on our machine. */
+QGPU_DEV int atomicCAS(int *p, int cmp, int v) {
+  __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+  return cmp;
+}
+QGPU_DEV unsigned int atomicCAS(unsigned int *p, unsigned int cmp, unsigned int v) {
+  return (unsigned int)__nvvm_atom_cas_gen_i((int *)p, (int)cmp, (int)v);
+}
+QGPU_DEV int atomicAnd(int *p, int v) { return __nvvm_atom_and_gen_i(p, v); }
+QGPU_DEV unsigned int atomicAnd(unsigned int *p, unsigned int v) {
+  return (unsigned int)__nvvm_atom_and_gen_i((int *)p, (int)v);
+}
+QGPU_DEV int atomicOr(int *p, int v) { return __nvvm_atom_or_gen_i(p, v); }
+QGPU_DEV unsigned int atomicOr(unsigned int *p, unsigned int v) {
+  return (unsigned int)__nvvm_atom_or_gen_i((int *)p, (int)v);
+}
+QGPU_DEV int atomicXor(int *p, int v) { return __nvvm_atom_xor_gen_i(p, v); }
+QGPU_DEV unsigned int atomicXor(unsigned int *p, unsigned int v) {
+  return (unsigned int)__nvvm_atom_xor_gen_i((int *)p, (int)v);
+}
+QGPU_DEV unsigned int atomicInc(unsigned int *p, unsigned int v) { return __nvvm_atom_inc_gen_ui(p, v); }
+QGPU_DEV unsigned int atomicDec(unsigned int *p, unsigned int v) { return __nvvm_atom_dec_gen_ui(p, v); }
+
+/* ---- warp shuffles ----
+ * PTX shfl.sync's c operand packs the segment mask and the clamp: c = ((32 - width) << 8) | clamp,
+ * clamp = 31 for idx/down/xor and 0 for up. The default width is warpSize (4 on our machine). */
+#define QGPU_SHFL_C(width, clamp) ((((32 - (width)) & 31) << 8) | (clamp))
+QGPU_DEV int __shfl_sync(unsigned int m, int v, int src, int width = warpSize) {
+  return __nvvm_shfl_sync_idx_i32(m, v, src, QGPU_SHFL_C(width, 0x1f));
+}
+QGPU_DEV int __shfl_up_sync(unsigned int m, int v, unsigned int d, int width = warpSize) {
+  return __nvvm_shfl_sync_up_i32(m, v, d, QGPU_SHFL_C(width, 0));
+}
+QGPU_DEV int __shfl_down_sync(unsigned int m, int v, unsigned int d, int width = warpSize) {
+  return __nvvm_shfl_sync_down_i32(m, v, d, QGPU_SHFL_C(width, 0x1f));
+}
+QGPU_DEV int __shfl_xor_sync(unsigned int m, int v, int lm, int width = warpSize) {
+  return __nvvm_shfl_sync_bfly_i32(m, v, lm, QGPU_SHFL_C(width, 0x1f));
+}
+QGPU_DEV unsigned int __shfl_sync(unsigned int m, unsigned int v, int src, int width = warpSize) {
+  return (unsigned int)__shfl_sync(m, (int)v, src, width);
+}
+QGPU_DEV unsigned int __shfl_up_sync(unsigned int m, unsigned int v, unsigned int d, int width = warpSize) {
+  return (unsigned int)__shfl_up_sync(m, (int)v, d, width);
+}
+QGPU_DEV unsigned int __shfl_down_sync(unsigned int m, unsigned int v, unsigned int d, int width = warpSize) {
+  return (unsigned int)__shfl_down_sync(m, (int)v, d, width);
+}
+QGPU_DEV unsigned int __shfl_xor_sync(unsigned int m, unsigned int v, int lm, int width = warpSize) {
+  return (unsigned int)__shfl_xor_sync(m, (int)v, lm, width);
+}
+#undef QGPU_SHFL_C
+
+/* ---- integer helpers ---- */
+QGPU_DEV int min(int a, int b) { return a < b ? a : b; }
+QGPU_DEV int max(int a, int b) { return a > b ? a : b; }
+QGPU_DEV unsigned int min(unsigned int a, unsigned int b) { return a < b ? a : b; }
+QGPU_DEV unsigned int max(unsigned int a, unsigned int b) { return a > b ? a : b; }
+/* CUDA's mixed-sign overloads compare as unsigned. */
+QGPU_DEV unsigned int min(int a, unsigned int b) { return min((unsigned int)a, b); }
+QGPU_DEV unsigned int min(unsigned int a, int b) { return min(a, (unsigned int)b); }
+QGPU_DEV unsigned int max(int a, unsigned int b) { return max((unsigned int)a, b); }
+QGPU_DEV unsigned int max(unsigned int a, int b) { return max(a, (unsigned int)b); }
+QGPU_DEV long long min(long long a, long long b) { return a < b ? a : b; }
+QGPU_DEV long long max(long long a, long long b) { return a > b ? a : b; }
+QGPU_DEV unsigned long long min(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
+QGPU_DEV unsigned long long max(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
+QGPU_DEV int abs(int a) { return a < 0 ? -a : a; }
+QGPU_DEV long long llabs(long long a) { return a < 0 ? -a : a; }
+/* clang's generic builtins map onto popc.b32, clz.b32 and brev.b32; the zero guards give CUDA's
+ * results for 0 (__clz(0) = 32, __ffs(0) = 0) where the builtins leave them undefined. */
+QGPU_DEV int __popc(unsigned int x) { return __builtin_popcount(x); }
+QGPU_DEV int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned int)x); }
+QGPU_DEV unsigned int __brev(unsigned int x) { return __builtin_bitreverse32(x); }
+QGPU_DEV int __ffs(int x) { return __builtin_ffs(x); }
+QGPU_DEV int __mulhi(int a, int b) { return __nvvm_mulhi_i(a, b); }
+QGPU_DEV unsigned int __umulhi(unsigned int a, unsigned int b) { return __nvvm_mulhi_ui(a, b); }
+
+#undef QGPU_DEV
+#endif /* QGPU_PRELUDE_H */
