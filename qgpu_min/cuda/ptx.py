@@ -269,6 +269,26 @@ class _Cursor:
         while self.next().text != ";":
             pass
 
+    def skip_line(self) -> None:
+        """Skip the rest of the current token's line: `.loc` and `.file` have no ';'."""
+        line = self.next().line
+        while not self.at_end() and self.peek().line == line:
+            self.i += 1
+
+    def skip_directive(self) -> None:
+        """Skip a directive we ignore: debug info, pragmas, sections."""
+        word = self.peek_text()
+        if word in (".loc", ".file"):
+            self.skip_line()
+        elif word == ".section":
+            self.i += 2  # `.section .debug_xxx`, then an optional braced body
+            if self.accept("{"):
+                depth = 1
+                while depth:
+                    depth += {"{": 1, "}": -1}.get(self.next().text, 0)
+        else:
+            self.skip_statement()
+
 
 # ---------------------------------------------------------------------------------------------
 # Numbers, names, operands
@@ -453,8 +473,8 @@ _SPACES = {".shared": "shared", ".local": "local", ".global": "global", ".const"
 _LINKAGE = {".visible", ".extern", ".weak", ".common"}
 
 
-def _parse_type_and_align(cur: _Cursor) -> tuple[str, int | None, bool]:
-    """Consume `.align N`, `.ptr`, state-space and type words; return (type, align, is_extern)."""
+def _parse_type_and_align(cur: _Cursor) -> tuple[str, int | None]:
+    """Consume `.align N`, `.ptr`, state-space and type words; return (type, align)."""
     vtype, align = None, None
     while cur.peek() and cur.peek().text.startswith("."):
         word = cur.next()
@@ -471,7 +491,7 @@ def _parse_type_and_align(cur: _Cursor) -> tuple[str, int | None, bool]:
     if vtype is None:
         tok = cur.peek() or cur.toks[-1]
         raise cur.error(tok, "declaration without a type")
-    return vtype, align, False
+    return vtype, align
 
 
 def _parse_dims(cur: _Cursor) -> int:
@@ -507,15 +527,24 @@ def _parse_init(cur: _Cursor, name_tok: _Tok) -> list[int]:
             return values
 
 
+def _pad_init(cur: _Cursor, name_tok: _Tok, init: list[int], count: int) -> list[int]:
+    """Compilers omit trailing zero elements of an initialiser; restore them."""
+    if count and len(init) > count:
+        raise cur.error(name_tok, f"{name_tok.text} has {len(init)} initial values for {count} elements")
+    return init + [0] * (count - len(init)) if count else init
+
+
 def _parse_var_decl(cur: _Cursor, space: str) -> VarDecl:
     """After the state-space word: `.align 4 .b8 name[32] = {...};`."""
-    vtype, align, _ = _parse_type_and_align(cur)
+    vtype, align = _parse_type_and_align(cur)
     name_tok = cur.next()
     if name_tok.kind != "name":
         raise cur.error(name_tok, "expected a variable name")
     count = _parse_dims(cur)
     init = _parse_init(cur, name_tok) if cur.accept("=") else None
     cur.expect(";")
+    if init is not None:
+        init = _pad_init(cur, name_tok, init, count)
     elem = max(1, type_width(vtype) // 8)
     return VarDecl(space, name_tok.text, elem, count, align or elem, init, name_tok.line, vtype)
 
@@ -540,7 +569,7 @@ def _parse_reg_decl(cur: _Cursor) -> list[RegDecl]:
 
 def _parse_param(cur: _Cursor) -> Param:
     cur.expect(".param")
-    vtype, _, _ = _parse_type_and_align(cur)
+    vtype, _ = _parse_type_and_align(cur)
     name = cur.next()
     count = _parse_dims(cur)
     return Param(name.text, vtype, max(1, type_width(vtype) // 8) * max(count, 1))
@@ -562,8 +591,7 @@ def _parse_param_list(cur: _Cursor) -> list[Param]:
 # Functions and the module
 # ---------------------------------------------------------------------------------------------
 
-_SKIPPED_DIRECTIVES = {".loc", ".file", ".pragma", ".section", ".maxnreg", ".maxntid", ".reqntid",
-                       ".minnctapersm", ".maxnctapersm", ".noreturn"}
+_SKIPPED_DIRECTIVES = {".loc", ".file", ".pragma", ".section"}
 
 
 def _parse_body(cur: _Cursor, fn: Function) -> None:
@@ -584,7 +612,7 @@ def _parse_body(cur: _Cursor, fn: Function) -> None:
             cur.next()
             fn.decls.append(_parse_var_decl(cur, _SPACES[text]))
         elif text in _SKIPPED_DIRECTIVES:
-            cur.skip_statement()
+            cur.skip_directive()
         elif text.startswith("."):
             raise cur.error(tok, f"unknown directive {text!r} in function {fn.name}")
         elif tok.kind == "name" and cur.peek_text(1) == ":":
@@ -644,6 +672,9 @@ def parse_ptx(text: str) -> PtxModule:
     while not cur.at_end():
         if _parse_module_header(cur, header):
             continue
+        if cur.peek_text() in _SKIPPED_DIRECTIVES:
+            cur.skip_directive()
+            continue
         tok = cur.next()
         if tok.text in _LINKAGE:
             continue
@@ -655,24 +686,11 @@ def parse_ptx(text: str) -> PtxModule:
                 functions[fn.name] = fn
         elif tok.text in _SPACES and tok.text != ".param":
             globals_.append(_parse_var_decl(cur, _SPACES[tok.text]))
-        elif tok.text in (".loc", ".file", ".pragma", ".section"):
-            cur.i -= 1
-            cur.skip_statement() if tok.text != ".section" else _skip_section(cur)
         else:
             raise cur.error(tok, f"unexpected {tok.text!r} at module level")
     if not header["version"]:
         raise PtxParseError("PTX line 1: no .version directive: this does not look like PTX")
     return PtxModule(header["version"], header["target"], header["address_size"], functions, globals_)
-
-
-def _skip_section(cur: _Cursor) -> None:
-    """`.section .debug_str { ... }` (emitted with -g): skipped whole."""
-    cur.next(), cur.next()
-    if cur.accept("{"):
-        depth = 1
-        while depth:
-            t = cur.next().text
-            depth += {"{": 1, "}": -1}.get(t, 0)
 
 
 # ---------------------------------------------------------------------------------------------

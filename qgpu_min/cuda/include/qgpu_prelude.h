@@ -27,10 +27,34 @@
 
 #define QGPU_DEV static __device__ __forceinline__
 
-/* ---- vector types used by the built-in variables and by host launch code ---- */
-struct uint3 {
-  unsigned int x, y, z;
-};
+/* Code that tests for a CUDA compiler (#ifdef __CUDACC__) should see one. */
+#ifndef __CUDACC__
+#define __CUDACC__ 1
+#endif
+#define __QGPU__ 1
+
+/* ---- vector types (CUDA's sizes and alignments) and their make_* constructors ---- */
+#define QGPU_VEC2(T, N, A)                                                                      \
+  struct __attribute__((aligned(A))) N##2 { T x, y; };                                          \
+  static __host__ __device__ __forceinline__ N##2 make_##N##2(T x, T y) { return N##2{x, y}; }
+#define QGPU_VEC3(T, N)                                                                         \
+  struct N##3 { T x, y, z; };                                                                   \
+  static __host__ __device__ __forceinline__ N##3 make_##N##3(T x, T y, T z) { return N##3{x, y, z}; }
+#define QGPU_VEC4(T, N, A)                                                                      \
+  struct __attribute__((aligned(A))) N##4 { T x, y, z, w; };                                    \
+  static __host__ __device__ __forceinline__ N##4 make_##N##4(T x, T y, T z, T w) {             \
+    return N##4{x, y, z, w};                                                                    \
+  }
+QGPU_VEC2(int, int, 8) QGPU_VEC3(int, int) QGPU_VEC4(int, int, 16)
+QGPU_VEC2(unsigned int, uint, 8) QGPU_VEC3(unsigned int, uint) QGPU_VEC4(unsigned int, uint, 16)
+QGPU_VEC2(short, short, 4) QGPU_VEC4(short, short, 8)
+QGPU_VEC2(unsigned short, ushort, 4) QGPU_VEC4(unsigned short, ushort, 8)
+QGPU_VEC2(signed char, char, 2) QGPU_VEC4(signed char, char, 4)
+QGPU_VEC2(unsigned char, uchar, 2) QGPU_VEC4(unsigned char, uchar, 4)
+#undef QGPU_VEC2
+#undef QGPU_VEC3
+#undef QGPU_VEC4
+
 struct dim3 {
   unsigned int x, y, z;
   __host__ __device__ constexpr dim3(unsigned int vx = 1, unsigned int vy = 1, unsigned int vz = 1)
