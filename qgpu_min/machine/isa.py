@@ -1,0 +1,328 @@
+"""The qgpu-min machine: ISA, block format, capacities, ROM encoding. The one place it is defined.
+
+Machine
+-------
+A SIMT GPU. A warp has ``LANES`` = 4 lanes. Each lane has 15 general 32-bit registers r0..r14 and
+r15 (``ZERO``), which reads 0 and discards writes. All arithmetic is 32-bit two's complement and
+wraps. There is no floating point and no separate predicate file: compares write 0/1 into a general
+register and a branch tests a register (non-zero = taken).
+
+Memory is ONE unified array of ``MEM_WORDS`` 32-bit words, little-endian, byte-addressed: an address
+is a byte address held in a register. It holds the launch's arrays, shared memory, per-thread
+``.local`` slots and ``.global``/``.const`` variables (layout: the launch's memory map).
+
+Instructions
+------------
+An instruction has the fields ``op, rd, ra, rb, rc, bimm, imm``. Operand ``B`` is ``imm`` when
+``bimm`` is set, else register ``rb``. ``A`` = register ``ra``, ``C`` = register ``rc``.
+
+ALU (per active lane; ``u`` = unsigned view, ``s`` = signed view)::
+
+  NOP                         nothing
+  ADD SUB MUL                 rd = A + B, A - B, low 32 bits of A * B
+  MULHU                       rd = high 32 bits of u(A) * u(B)
+  AND OR XOR                  bitwise
+  SHL SHR SRA                 rd = A << (B & 31), u(A) >> (B & 31), s(A) >> (B & 31)
+  SEQ SNE SLT SLE SLTU SLEU   rd = 1 if A ==, !=, s<, s<=, u<, u<= B else 0
+  MIN MAX MINU MAXU           signed / unsigned min and max
+  SEL                         rd = B if A != 0 else C
+  S2R                         rd = special value number imm (table ``SPECIALS``)
+
+Memory and warp (at most one per block; address = A + imm, bytes, wrapping)::
+
+  LD LDB LDBU LDH LDHU        rd = word / sign- or zero-extended byte / halfword at the address
+  ST STB STH                  store register rb (low 32 / 8 / 16 bits); sub-word = read-modify-write
+  ATOM.<op>                   rd = old word; word = f(old, rb[, rc]); lanes apply in lane order.
+                              ops ADD MIN MAX MINU MAXU EXCH AND OR XOR CAS INC DEC
+                              CAS: word = rc if old == rb else old.  INC: word = 0 if u(old) >= u(rb)
+                              else old + 1.  DEC: word = rb if old == 0 or u(old) > u(rb) else old - 1
+  SHFL.IDX SHFL.UP SHFL.DOWN SHFL.BFLY
+                              rd = register ra of the source lane j, computed as PTX shfl.sync with
+                              b = B and c = C, then the segment is narrowed to the 4-lane warp
+                              (segmask |= ~(LANES-1) & 31): width min(w, 4). A source out of the
+                              segment gives the lane its own value. A source lane that is not active
+                              (diverged, exited, or missing in a partial warp) gives whatever its
+                              register ra holds (registers start at 0).
+
+Word alignment is required (LD/ST/ATOM: 4, LDH/LDHU/STH: 2). An access outside memory or
+misaligned is an error naming the lane, CTA, warp, block, instruction and address.
+
+Blocks (the ROM)
+----------------
+A program is a ROM of at most ``ROM_BLOCKS`` blocks. A block is, in order:
+``N_PRE`` ALU slots, ONE memory/shuffle slot, ``N_POST`` ALU slots, and a terminator:
+
+  JMP t            all active lanes go to block t
+  BR  ra, t, f     per lane: go to t if ra != 0 else f (lanes may diverge)
+  BAR              __syncthreads(): the warp waits at the CTA barrier, then lanes go to the next block
+  EXIT             active lanes exit
+
+Empty slots hold NOP. Each block also records ``live_in`` / ``live_out`` register masks (bit i =
+register ri, 15 bits): the registers the block reads before writing / that are live after it.
+
+Scheduling and reconvergence
+----------------------------
+CTAs run one at a time in order (x fastest, then y). A CTA of ``bx * by`` threads has
+ceil(threads / 4) warps; thread t = tid.x + tid.y * ntid.x is lane t % 4 of warp t // 4 (laneid and
+warpid likewise); lanes past the last thread are exited from the start. Each lane has its own PC
+(block index) and an exited flag. A warp step executes the block with the LOWEST PC among its live
+lanes; the lanes at that PC are active. Within a CTA the current warp runs until it reaches BAR or
+exits; then the next warp (round robin) runs. BAR releases when every non-exited warp of the CTA has
+arrived. The lowering lays blocks out so that lowest-PC-first reconverges structured code: every
+branch's blocks come before its immediate post-dominator, and a loop's blocks are contiguous, starting
+at its header (see docs/machine.md). The shared region is reused by every CTA (uninitialised in CUDA).
+Each warp step counts one step; more than the step limit is an error naming the CTA, warp and block.
+
+Encoding
+--------
+``encode(program)`` gives a uint64 array of shape (blocks, ``ROW_WORDS``): ``SLOTS`` instruction words
+(pre slots, the memory slot, post slots), one terminator word, one mask word.
+
+Instruction word: bits 0-5 opcode (``OPCODES`` index), 6-9 rd, 10-13 ra, 14-17 rb, 18-21 rc,
+22 bimm, 23-31 zero, 32-63 imm (two's complement). Terminator word: bits 0-1 kind (0 JMP, 1 BR,
+2 BAR, 3 EXIT), 2-5 ra, 8-15 taken target, 16-23 not-taken target. Mask word: bits 0-14 live_in,
+16-30 live_out. ``decode`` inverts ``encode`` exactly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import QgpuError
+
+LANES = 4
+N_REGS = 16          # r0..r14 general, r15 reads zero
+ZERO = 15
+N_PRE = 8
+N_POST = 4
+SLOTS = N_PRE + 1 + N_POST
+ROM_BLOCKS = 128
+MEM_WORDS = 1024
+MAX_WARPS_PER_CTA = 8
+MAX_THREADS_PER_CTA = LANES * MAX_WARPS_PER_CTA
+MAX_CTAS = 64
+DEFAULT_STEP_LIMIT = 200_000
+ROW_WORDS = SLOTS + 2
+MASK32 = 0xFFFFFFFF
+
+ALU_OPS = ("NOP", "ADD", "SUB", "MUL", "MULHU", "AND", "OR", "XOR", "SHL", "SHR", "SRA",
+           "SEQ", "SNE", "SLT", "SLE", "SLTU", "SLEU", "MIN", "MAX", "MINU", "MAXU", "SEL", "S2R")
+LOAD_OPS = ("LD", "LDB", "LDBU", "LDH", "LDHU")
+STORE_OPS = ("ST", "STB", "STH")
+ATOM_KINDS = ("ADD", "MIN", "MAX", "MINU", "MAXU", "EXCH", "AND", "OR", "XOR", "CAS", "INC", "DEC")
+ATOM_OPS = tuple("ATOM." + k for k in ATOM_KINDS)
+SHFL_OPS = ("SHFL.IDX", "SHFL.UP", "SHFL.DOWN", "SHFL.BFLY")
+MEM_OPS = LOAD_OPS + STORE_OPS + ATOM_OPS + SHFL_OPS
+OPCODES = ALU_OPS + MEM_OPS
+OPCODE = {name: i for i, name in enumerate(OPCODES)}
+
+# S2R imm -> special value
+SPECIALS = ("tid.x", "tid.y", "ntid.x", "ntid.y", "ctaid.x", "ctaid.y", "nctaid.x", "nctaid.y",
+            "laneid", "warpid")
+SPECIAL = {name: i for i, name in enumerate(SPECIALS)}
+
+TERMS = ("JMP", "BR", "BAR", "EXIT")
+
+
+class MachineError(QgpuError):
+    """A machine program or launch that breaks a rule of the machine."""
+
+
+class CapacityError(MachineError):
+    """Something exceeds a machine capacity; the message names the limit and by how much."""
+
+
+@dataclass(frozen=True)
+class Instr:
+    op: str
+    rd: int = ZERO
+    ra: int = ZERO
+    rb: int = ZERO
+    rc: int = ZERO
+    imm: int = 0
+    bimm: bool = False
+
+    def __post_init__(self) -> None:
+        if self.op not in OPCODE:
+            raise MachineError(f"unknown opcode {self.op!r}")
+        for name in ("rd", "ra", "rb", "rc"):
+            r = getattr(self, name)
+            if not 0 <= r < N_REGS:
+                raise MachineError(f"{self.op}: register {name}={r} outside r0..r15")
+        if not -(1 << 31) <= self.imm <= MASK32:
+            raise MachineError(f"{self.op}: immediate {self.imm} does not fit 32 bits")
+
+    @property
+    def is_mem(self) -> bool:
+        return self.op in MEM_OPS
+
+    def __str__(self) -> str:
+        return format_instr(self)
+
+
+@dataclass(frozen=True)
+class Term:
+    kind: str = "EXIT"
+    ra: int = ZERO
+    taken: int = 0
+    not_taken: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in TERMS:
+            raise MachineError(f"unknown terminator {self.kind!r}")
+
+    def __str__(self) -> str:
+        if self.kind == "JMP":
+            return f"JMP B{self.taken}"
+        if self.kind == "BR":
+            return f"BR r{self.ra}, B{self.taken}, B{self.not_taken}"
+        return self.kind
+
+
+@dataclass
+class Block:
+    pre: list[Instr] = field(default_factory=list)
+    mem: Instr | None = None
+    post: list[Instr] = field(default_factory=list)
+    term: Term = field(default_factory=Term)
+    live_in: int = 0
+    live_out: int = 0
+    note: str = ""          # source lines this block came from, for listings
+
+    def instrs(self) -> list[Instr]:
+        return self.pre + ([self.mem] if self.mem is not None else []) + self.post
+
+
+@dataclass
+class Program:
+    blocks: list[Block]
+    # (block, slot, param index): slots (0..SLOTS-1) whose imm the launch sets to a parameter's value
+    param_slots: list[tuple[int, int, int]] = field(default_factory=list)
+
+
+def _check_block(i: int, b: Block, n_blocks: int) -> None:
+    if len(b.pre) > N_PRE or len(b.post) > N_POST:
+        raise CapacityError(f"block B{i}: {len(b.pre)} pre / {len(b.post)} post ALU instructions, "
+                            f"limits are {N_PRE} / {N_POST}")
+    for ins in b.pre + b.post:
+        if ins.is_mem:
+            raise MachineError(f"block B{i}: {ins.op} is not an ALU instruction")
+    if b.mem is not None and not b.mem.is_mem:
+        raise MachineError(f"block B{i}: memory slot holds ALU instruction {b.mem.op}")
+    t = b.term
+    for tgt in ((t.taken,) if t.kind == "JMP" else (t.taken, t.not_taken) if t.kind == "BR" else ()):
+        if not 0 <= tgt < n_blocks:
+            raise MachineError(f"block B{i}: branch target B{tgt} outside the program (0..{n_blocks - 1})")
+    if t.kind == "BAR" and i + 1 >= n_blocks:
+        raise MachineError(f"block B{i}: BAR in the last block has no next block")
+
+
+def check_program(program: Program) -> None:
+    """Raise if the program breaks the block format or a capacity."""
+    n = len(program.blocks)
+    if n == 0:
+        raise MachineError("empty program")
+    if n > ROM_BLOCKS:
+        raise CapacityError(f"program needs {n} blocks; the ROM holds {ROM_BLOCKS} (over by {n - ROM_BLOCKS})")
+    for i, b in enumerate(program.blocks):
+        _check_block(i, b, n)
+
+
+def encode_instr(ins: Instr | None) -> int:
+    if ins is None:
+        return 0
+    return (OPCODE[ins.op] | ins.rd << 6 | ins.ra << 10 | ins.rb << 14 | ins.rc << 18
+            | int(ins.bimm) << 22 | (ins.imm & MASK32) << 32)
+
+
+def decode_instr(word: int) -> Instr | None:
+    word = int(word)
+    op = OPCODES[word & 63]
+    if op == "NOP" and word == 0:
+        return None
+    imm = word >> 32
+    imm = imm - (1 << 32) if imm >> 31 else imm
+    return Instr(op, (word >> 6) & 15, (word >> 10) & 15, (word >> 14) & 15, (word >> 18) & 15,
+                 imm, bool(word >> 22 & 1))
+
+
+def encode(program: Program) -> np.ndarray:
+    """The ROM image: uint64 array (blocks, ROW_WORDS), bit layout in the module docstring."""
+    check_program(program)
+    rows = np.zeros((len(program.blocks), ROW_WORDS), dtype=np.uint64)
+    for i, b in enumerate(program.blocks):
+        slots = b.pre + [None] * (N_PRE - len(b.pre)) + [b.mem] + b.post + [None] * (N_POST - len(b.post))
+        words = [encode_instr(s) for s in slots]
+        t = b.term
+        words.append(TERMS.index(t.kind) | t.ra << 2 | t.taken << 8 | t.not_taken << 16)
+        words.append(b.live_in | b.live_out << 16)
+        rows[i] = np.array(words, dtype=np.uint64)
+    return rows
+
+
+def decode(rows: np.ndarray) -> Program:
+    """Inverse of ``encode`` (empty slots come back as absent instructions)."""
+    blocks = []
+    for row in rows:
+        ins = [decode_instr(w) for w in row[:SLOTS]]
+        pre = [x for x in ins[:N_PRE] if x is not None]
+        post = [x for x in ins[N_PRE + 1:SLOTS] if x is not None]
+        tw, mw = int(row[SLOTS]), int(row[SLOTS + 1])
+        term = Term(TERMS[tw & 3], (tw >> 2) & 15, (tw >> 8) & 255, (tw >> 16) & 255)
+        blocks.append(Block(pre, ins[N_PRE], post, term, mw & 0x7FFF, (mw >> 16) & 0x7FFF))
+    return Program(blocks)
+
+
+def _reg(r: int) -> str:
+    return "rz" if r == ZERO else f"r{r}"
+
+
+def format_instr(ins: Instr) -> str:
+    b = f"{ins.imm}" if ins.bimm else _reg(ins.rb)
+    op = ins.op
+    if op == "NOP":
+        return "NOP"
+    if op == "S2R":
+        return f"S2R {_reg(ins.rd)}, %{SPECIALS[ins.imm] if 0 <= ins.imm < len(SPECIALS) else ins.imm}"
+    if op == "SEL":
+        return f"SEL {_reg(ins.rd)}, {_reg(ins.ra)} ? {b} : {_reg(ins.rc)}"
+    addr = f"[{_reg(ins.ra)}{ins.imm:+d}]"
+    if op in LOAD_OPS:
+        return f"{op} {_reg(ins.rd)}, {addr}"
+    if op in STORE_OPS:
+        return f"{op} {addr}, {_reg(ins.rb)}"
+    if op == "ATOM.CAS":
+        return f"{op} {_reg(ins.rd)}, {addr}, {_reg(ins.rb)}, {_reg(ins.rc)}"
+    if op in ATOM_OPS:
+        return f"{op} {_reg(ins.rd)}, {addr}, {_reg(ins.rb)}"
+    if op in SHFL_OPS:
+        return f"{op} {_reg(ins.rd)}, {_reg(ins.ra)}, {b}, {_reg(ins.rc)}"
+    return f"{op} {_reg(ins.rd)}, {_reg(ins.ra)}, {b}"
+
+
+def mask_regs(mask: int) -> str:
+    return ",".join(f"r{i}" for i in range(15) if mask >> i & 1) or "-"
+
+
+def format_program(program: Program) -> str:
+    """A readable listing: blocks, instructions, terminators, live-in/out, registers used."""
+    used = 0
+    lines = []
+    for i, b in enumerate(program.blocks):
+        head = f"B{i}:  live_in {mask_regs(b.live_in)}  live_out {mask_regs(b.live_out)}"
+        lines.append(head + (f"   ; {b.note}" if b.note else ""))
+        for ins in b.pre:
+            lines.append(f"    {ins}")
+        if b.mem is not None:
+            lines.append(f"  * {b.mem}")
+        for ins in b.post:
+            lines.append(f"    {ins}")
+        lines.append(f"    {b.term}")
+        for ins in b.instrs():
+            for r in (ins.rd, ins.ra, ins.rb, ins.rc):
+                if r != ZERO:
+                    used |= 1 << r
+    regs_used = bin(used).count("1")
+    lines.insert(0, f"; {len(program.blocks)} blocks (ROM holds {ROM_BLOCKS}), {regs_used} registers used")
+    return "\n".join(lines)
