@@ -211,7 +211,7 @@ def test_step_limit_names_warp_and_block():
         run(p, mem(), grid=(2, 1), step_limit=50)
     # CTA 1 loops only: the first CTA halts, the error names the second
     q = Program([blk([I("S2R", 1, imm=4)], term=Term("BR", 1, 1, 2)), blk(term=Term("JMP", taken=1)), blk()])
-    with pytest.raises(StepLimitError, match=r"CTA 1 \(1, 0\), warp 1, block B1"):
+    with pytest.raises(StepLimitError, match=r"CTA 1 \(1, 0\), warp 0, block B1"):
         run(q, mem(), grid=(2, 1), block=(8, 1), step_limit=40)
 
 
