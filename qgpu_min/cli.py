@@ -12,3 +12,5 @@ def main() -> None:
 
 # Area command modules are imported here; each defines click commands and is owned by its area.
 # (add_command lines are appended as the areas land)
+from .model.fetch_commands import fetch_command  # noqa: E402
+main.add_command(fetch_command)
