@@ -1,0 +1,484 @@
+"""Tests of the CUDA front end: compiler discovery and invocation, the prelude, and the PTX parser.
+
+Representative kernels are compiled with every available compiler (zig's clang from the ziglang
+wheel always; Debian's clang and nvcc when present) and the parsed PTX is checked for concrete
+structure. Hand-written PTX (tests/ptx_samples/) covers forms a compiler run does not show.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+
+from qgpu_min.cuda import compiler as cc
+from qgpu_min.cuda.compiler import CompilerNotFoundError, CudaCompileError, compile_to_ptx, find_compiler
+from qgpu_min.cuda.ptx import (
+    FloatImm, Imm, Instr, KernelSelectError, Label, Mem, Pair, PtxParseError, Reg, SReg, Sym, Vec,
+    demangle, parse_ptx, select_kernel, type_width,
+)
+
+SAMPLES = Path(__file__).parent / "ptx_samples"
+
+KERNELS = r"""
+#include <cuda_runtime.h>
+
+__global__ void vadd(const int *a, const int *b, int *c, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) c[i] = a[i] + b[i];
+}
+
+__global__ void reduce(const int *in, int *out) {
+  __shared__ int buf[64];
+  unsigned t = threadIdx.x;
+  buf[t] = in[blockIdx.x * blockDim.x + t];
+  __syncthreads();
+  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (t < s) buf[t] += buf[t + s];
+    __syncthreads();
+  }
+  if (t == 0) out[blockIdx.x] = buf[0];
+}
+
+__global__ void atomics(int *a, unsigned *u, int v) {
+  atomicAdd(&a[0], v);
+  atomicSub(&a[1], v);
+  atomicMin(&a[2], v);
+  atomicMax(&u[0], (unsigned)v);
+  atomicExch(&a[3], v);
+  atomicCAS(&a[4], 0, v);
+  atomicAnd(&u[1], (unsigned)v);
+  atomicOr(&u[2], (unsigned)v);
+  atomicXor(&a[5], v);
+}
+
+__global__ void shuffles(int *a) {
+  int v = a[threadIdx.x];
+  v += __shfl_down_sync(0xffffffff, v, 1);
+  v += __shfl_xor_sync(0xffffffff, v, 2);
+  v += __shfl_up_sync(0xffffffff, v, 1);
+  v += __shfl_sync(0xffffffff, v, 0);
+  a[threadIdx.x] = v;
+}
+
+__device__ __noinline__ int scale(int x, int k) { return x * k + 1; }
+__global__ void calls(int *a, int k) { a[threadIdx.x] = scale(a[threadIdx.x], k); }
+
+__global__ void local_array(int *a, int n) {
+  int tmp[8];
+  for (int i = 0; i < 8; ++i) tmp[i] = a[i] * n;
+  a[threadIdx.x] = tmp[(threadIdx.x + n) & 7];
+}
+
+__global__ void divloop(int *a, int d, unsigned ud) {
+  int s = 0;
+  for (int i = 0; i < d; ++i) s += a[i] / d + a[i] % (i + 1);
+  a[threadIdx.x] = s + (unsigned)a[1] / ud;
+}
+
+__global__ void compares(int *a, unsigned *u, int x, unsigned y) {
+  int t = threadIdx.x;
+  if (a[t] < x) a[t] = 1;
+  if (u[t] < y) u[t] = 2;
+}
+
+__global__ void matmul2d(const int *A, const int *B, int *C, int n) {
+  int r = blockIdx.y * blockDim.y + threadIdx.y;
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r < n && c < n) {
+    int s = 0;
+    for (int k = 0; k < n; ++k) s += A[r * n + k] * B[k * n + c];
+    C[r * n + c] = s;
+  }
+}
+
+__global__ void warpsize(int *a) { a[threadIdx.x] = warpSize; }
+
+int main() {
+  int *d;
+  cudaMalloc(&d, 64 * sizeof(int));
+  vadd<<<2, 32>>>(d, d, d, 64);
+  dim3 grid(2, 2), block(4, 4);
+  matmul2d<<<grid, block>>>(d, d, d, 8);
+  cudaDeviceSynchronize();
+  cudaFree(d);
+  return 0;
+}
+"""
+
+
+def _available() -> list:
+    """Each compiler to test: zig's clang always (skip if the wheel is missing), others if present."""
+    params = [pytest.param("zig", marks=pytest.mark.skipif(
+        importlib.util.find_spec("ziglang") is None, reason="ziglang wheel not installed (pip install ziglang)"))]
+    params.append(pytest.param("clang", marks=pytest.mark.skipif(
+        shutil.which("clang") is None, reason="no clang on PATH (apt-get install clang)")))
+    params.append(pytest.param("nvcc", marks=pytest.mark.skipif(
+        shutil.which("nvcc") is None, reason="no nvcc on PATH")))
+    return params
+
+
+@pytest.fixture(scope="module", params=_available())
+def compiled(request, tmp_path_factory):
+    """(compiler setting, PtxResult, PtxModule) for KERNELS, compiled once per compiler."""
+    src = tmp_path_factory.mktemp("cu") / "kernels.cu"
+    src.write_text(KERNELS)
+    result = compile_to_ptx(src, request.param)
+    return request.param, result, parse_ptx(result.text)
+
+
+def _instrs(fn):
+    return [i for i in fn.body if isinstance(i, Instr)]
+
+
+def _opcodes(fn) -> set[str]:
+    return {i.opcode for i in _instrs(fn)}
+
+
+def _operands(fn):
+    for ins in _instrs(fn):
+        for op in ins.operands:
+            yield from (op.items if isinstance(op, Vec) else (op,))
+
+
+def _ptr_bytes(address_size: int) -> int:
+    return address_size // 8
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiled kernels, per compiler
+# ---------------------------------------------------------------------------------------------
+
+
+def test_compiler_identity_and_address_size(compiled):
+    setting, result, module = compiled
+    expected = {"zig": ("zig clang ", 32), "clang": ("clang ", 32), "nvcc": ("nvcc ", 64)}[setting]
+    assert result.compiler.startswith(expected[0])
+    assert result.address_size == module.address_size == expected[1]
+    assert module.target.startswith("sm_75")
+    assert float(module.version) >= 6.3
+
+
+def test_all_kernels_found_by_plain_name(compiled):
+    _, _, module = compiled
+    names = ["vadd", "reduce", "atomics", "shuffles", "calls", "local_array", "divloop", "compares",
+             "matmul2d", "warpsize"]
+    assert sorted(k.demangled for k in module.kernels) == sorted(names)
+    for name in names:
+        fn = select_kernel(module, name)
+        assert fn.is_kernel and fn.demangled == name and fn.name.startswith("_Z")
+    assert select_kernel(module, "_Z4vaddPKiS0_Pii").demangled == "vadd"
+
+
+def test_vadd_params_and_special_registers(compiled):
+    _, result, module = compiled
+    fn = select_kernel(module, "vadd")
+    assert [p.name for p in fn.params] == [f"_Z4vaddPKiS0_Pii_param_{i}" for i in range(4)]
+    assert [p.bytes for p in fn.params] == [_ptr_bytes(result.address_size)] * 3 + [4]
+    assert all(type_width(p.type) == 8 * p.bytes for p in fn.params)
+    assert {"ld", "st", "add", "setp"} <= _opcodes(fn)
+    sregs = {op.name for op in _operands(fn) if isinstance(op, SReg)}
+    assert {"%tid.x", "%ctaid.x", "%ntid.x"} <= sregs
+    params_loaded = {op.base.name for op in _operands(fn) if isinstance(op, Mem) and isinstance(op.base, Sym)}
+    assert params_loaded == {p.name for p in fn.params}
+
+
+def test_reduce_shared_array_and_barrier(compiled):
+    _, _, module = compiled
+    fn = select_kernel(module, "reduce")
+    shared = [d for d in fn.decls + module.globals if d.space == "shared"]
+    assert len(shared) == 1 and shared[0].elem_bytes * shared[0].count == 64 * 4
+    assert shared[0].align >= 4
+    bars = [i for i in _instrs(fn) if i.opcode == "bar"]
+    assert len(bars) >= 2 and all(i.mods[0] == "sync" for i in bars)
+    assert any("shared" in i.mods for i in _instrs(fn) if i.opcode in ("ld", "st"))
+
+
+def test_atomics(compiled):
+    _, _, module = compiled
+    fn = select_kernel(module, "atomics")
+    ops = set()
+    for ins in _instrs(fn):
+        if ins.opcode in ("atom", "red"):
+            ops |= set(ins.mods) & {"add", "min", "max", "exch", "cas", "and", "or", "xor"}
+    assert ops == {"add", "min", "max", "exch", "cas", "and", "or", "xor"}
+
+
+def test_shuffles(compiled):
+    setting, _, module = compiled
+    fn = select_kernel(module, "shuffles")
+    shfl = [i for i in _instrs(fn) if i.opcode == "shfl"]
+    assert sorted(i.mods[1] for i in shfl) == ["bfly", "down", "idx", "up"]
+    assert all(i.mods[0] == "sync" and type_width(i.mods[-1]) == 32 for i in shfl)
+    if setting != "nvcc":
+        # our prelude: width 4, c = ((32 - 4) << 8) | clamp, clamp 31 (0 for up)
+        c = {i.mods[1]: i.operands[3] for i in shfl}
+        assert c == {"down": Imm(0x1C1F), "bfly": Imm(0x1C1F), "idx": Imm(0x1C1F), "up": Imm(0x1C00)}
+    else:
+        assert all(isinstance(i.operands[0], Pair) for i in shfl)  # nvcc writes %r|%p
+
+
+def test_device_function_call(compiled):
+    _, _, module = compiled
+    fn = select_kernel(module, "calls")
+    calls = [i for i in _instrs(fn) if i.opcode == "call"]
+    assert len(calls) == 1
+    ret, callee, args = calls[0].operands
+    callee_fn = module.functions[callee.name]
+    assert callee_fn.demangled == "scale" and not callee_fn.is_kernel
+    assert isinstance(ret, Vec) and len(ret.items) == 1 and len(callee_fn.returns) == 1
+    assert len(args.items) == len(callee_fn.params) >= 1
+    assert {"call", "st", "ld"} <= _opcodes(fn) and "ret" in _opcodes(callee_fn)
+    param_decls = [d.name for d in fn.decls if d.space == "param"]
+    assert {a.name for a in args.items} <= set(param_decls)
+
+
+def test_local_array(compiled):
+    _, _, module = compiled
+    fn = select_kernel(module, "local_array")
+    local = [d for d in fn.decls if d.space == "local"]
+    assert len(local) == 1 and local[0].elem_bytes * local[0].count >= 32
+    assert any("local" in i.mods for i in _instrs(fn) if i.opcode in ("ld", "st"))
+
+
+def test_division_in_loop(compiled):
+    _, _, module = compiled
+    fn = select_kernel(module, "divloop")
+    divs = {(i.opcode, i.mods[-1]) for i in _instrs(fn) if i.opcode in ("div", "rem")}
+    assert ("div", "s32") in divs and ("div", "u32") in divs and ("rem", "s32") in divs
+    assert any(isinstance(i, Label) for i in fn.body)
+    assert any(i.opcode == "bra" and i.pred is not None for i in _instrs(fn))
+
+
+def test_signed_and_unsigned_compares(compiled):
+    _, _, module = compiled
+    fn = select_kernel(module, "compares")
+    setps = {i.mods[-1][0] for i in _instrs(fn) if i.opcode == "setp" and i.mods[0] in ("lt", "ge", "gt", "le")}
+    assert setps == {"s", "u"}
+
+
+def test_2d_block(compiled):
+    _, _, module = compiled
+    fn = select_kernel(module, "matmul2d")
+    sregs = {op.name for op in _operands(fn) if isinstance(op, SReg)}
+    assert {"%tid.x", "%tid.y", "%ntid.x", "%ntid.y", "%ctaid.x", "%ctaid.y"} <= sregs
+    assert "mad" in _opcodes(fn) or "mul" in _opcodes(fn)
+
+
+def test_warpsize(compiled):
+    setting, _, module = compiled
+    fn = select_kernel(module, "warpsize")
+    operands = list(_operands(fn))
+    if setting == "nvcc":
+        assert SReg("WARP_SZ") in operands  # nvcc leaves warpSize to the hardware
+    else:
+        assert Imm(4) in operands  # our prelude: warpSize is the constant 4
+
+
+def test_every_instruction_names_its_source_line(compiled):
+    _, result, module = compiled
+    lines = result.text.split("\n")
+    for fn in module.functions.values():
+        for ins in _instrs(fn):
+            first_word = ins.text.split()[0]
+            assert first_word in lines[ins.line - 1], (ins.line, ins.text)
+            assert ins.text.endswith(";")
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiler discovery and errors
+# ---------------------------------------------------------------------------------------------
+
+
+needs_zig = pytest.mark.skipif(importlib.util.find_spec("ziglang") is None, reason="ziglang wheel not installed")
+
+
+@needs_zig
+def test_invalid_cuda_shows_compiler_message():
+    with pytest.raises(CudaCompileError) as info:
+        compile_to_ptx("__global__ void f(int *a) { a[0] = undefined_name; }\n", "zig")
+    err = info.value
+    assert "kernel.cu:1:" in err.diagnostics and "undeclared identifier 'undefined_name'" in err.diagnostics
+    assert err.diagnostics in str(err)
+
+
+@needs_zig
+def test_environment_variable_selects_compiler(monkeypatch):
+    monkeypatch.setenv(cc.ENV_VAR, "zig")
+    assert find_compiler().version.startswith("zig clang ")
+    assert find_compiler("zig").argv[-2:] == ("ziglang", "clang")
+
+
+def test_unknown_compiler_says_how_to_get_one():
+    with pytest.raises(CompilerNotFoundError, match="pip install ziglang"):
+        find_compiler("no-such-cuda-compiler-xyz")
+
+
+def test_no_compiler_found(monkeypatch):
+    monkeypatch.delenv(cc.ENV_VAR, raising=False)
+    monkeypatch.setattr(cc, "_candidates", lambda: [])
+    with pytest.raises(CompilerNotFoundError, match="apt-get install clang"):
+        compile_to_ptx("__global__ void f(int *a) { a[0] = 1; }\n")
+
+
+def test_discovery_order_prefers_clang_on_path_over_zig(monkeypatch):
+    monkeypatch.delenv(cc.ENV_VAR, raising=False)
+    order = [argv for argv, _ in cc._candidates()]
+    zig = cc._zig_argv()
+    if zig and shutil.which("clang++"):
+        assert order.index((shutil.which("clang++"),)) < order.index(zig)
+    if zig and shutil.which("nvcc"):
+        assert order.index(zig) < order.index((shutil.which("nvcc"),))
+
+
+def test_ptx_file_is_returned_unchanged(tmp_path):
+    text = (SAMPLES / "handwritten.ptx").read_text()
+    path = tmp_path / "k.ptx"
+    path.write_text(text)
+    result = compile_to_ptx(path)
+    assert result.text == text and result.compiler == "ptx input" and result.address_size == 32
+    assert compile_to_ptx(text).text == text  # PTX given as text
+
+
+def test_missing_file_is_named(tmp_path):
+    with pytest.raises(CudaCompileError, match="no such file"):
+        compile_to_ptx(tmp_path / "absent.cu")
+
+
+# ---------------------------------------------------------------------------------------------
+# Parser on hand-written PTX
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def handwritten():
+    return parse_ptx((SAMPLES / "handwritten.ptx").read_text())
+
+
+def _instr_at(fn, text_prefix: str) -> Instr:
+    return next(i for i in _instrs(fn) if i.text.startswith(text_prefix))
+
+
+def test_module_header_and_globals(handwritten):
+    m = handwritten
+    assert (m.version, m.target, m.address_size) == ("7.0", "sm_75, debug", 32)
+    table, dyn, one = m.globals
+    assert (table.space, table.elem_bytes, table.count, table.init) == ("global", 4, 4, [1, -2, 16, 0])
+    assert (dyn.space, dyn.count, dyn.init) == ("shared", 0, None)
+    assert (one.space, one.count, one.init) == ("const", 1, [1])
+
+
+def test_functions_params_and_regs(handwritten):
+    k = select_kernel(handwritten, None)
+    assert k.name == "k" and k.demangled == "k"
+    assert [(p.name, p.type, p.bytes) for p in k.params] == [("k_param_0", "u32", 4), ("k_param_1", "b8", 12)]
+    assert [(r.prefix, r.type, r.count) for r in k.regs] == [("%p", "pred", 3), ("%r", "b32", 20), ("%SP", "b32", None)]
+    assert [(d.space, d.name) for d in k.decls] == [("local", "__local_depot0"), ("param", "param0"), ("param", "retval0")]
+    twice = handwritten.functions["twice"]
+    assert not twice.is_kernel and [p.name for p in twice.returns] == ["func_retval0"]
+    assert handwritten.functions["noop"].params == []
+
+
+def test_operand_forms(handwritten):
+    k = handwritten.functions["k"]
+    assert _instr_at(k, "@!%p1").pred == ("%p1", True) and _instr_at(k, "@!%p1").operands == (Sym("$L__BB0_2"),)
+    assert _instr_at(k, "@%p2 st").pred == ("%p2", False)
+    assert _instr_at(k, "setp").operands[2] == Imm(255)
+    assert _instr_at(k, "mov.u32 %r3").operands[1] == SReg("WARP_SZ")
+    v2 = _instr_at(k, "ld.global.v2")
+    assert v2.mods == ("global", "v2", "u32")
+    assert v2.operands == (Vec((Reg("%r4"), Reg("%r5"))), Mem(Reg("%r1"), -8))
+    assert _instr_at(k, "ld.global.v4").operands == (Vec((Reg("%r6"), Sym("_"), Reg("%r7"), Sym("_"))), Mem(Sym("table"), 4))
+    assert _instr_at(k, "mov.b32 %r8").operands[1] == FloatImm(0x3F800000, 32)
+    assert _instr_at(k, "add.s32 %r9").operands[2] == Imm(-15)  # octal 017
+    assert _instr_at(k, "shfl").operands[0] == Pair(Reg("%r10"), Reg("%p2"))
+
+
+def test_calls(handwritten):
+    k = handwritten.functions["k"]
+    calls = [i for i in _instrs(k) if i.opcode == "call"]
+    assert calls[0].operands == (Vec((Sym("retval0"),)), Sym("twice"), Vec((Sym("param0"),)))
+    assert calls[0].mods == ("uni",) and calls[0].text == "call.uni (retval0), twice, ( param0 );"
+    assert calls[1].operands == (None, Sym("noop"), Vec(()))
+
+
+def test_labels_lines_and_skipped_directives(handwritten):
+    k = handwritten.functions["k"]
+    lines = (SAMPLES / "handwritten.ptx").read_text().split("\n")
+    labels = [i for i in k.body if isinstance(i, Label)]
+    assert [(l.name, lines[l.line - 1].strip()) for l in labels] == [("$L__BB0_2", "$L__BB0_2:")]
+    ld = _instr_at(k, "ld.param.u32 %r1")
+    assert lines[ld.line - 1].strip() == ld.text == "ld.param.u32 %r1, [k_param_0];"
+    assert all(i.opcode not in ("loc", "pragma") for i in _instrs(k))
+
+
+@pytest.mark.parametrize("text, line, what", [
+    (".version 7.0\n.target sm_75\n.entry k()\n{\n\tadd.s32 %r1, %r2, ;\n}\n", 5, "unexpected ';'"),
+    (".version 7.0\n.entry k()\n{\n\tmov.u32 %r1, 12abc;\n}\n", 4, "malformed integer"),
+    (".version 7.0\n.entry k()\n{\n\t.reg .b32 %r<2>;\n\tld.global.u32 %r1, [%r2;\n}\n", 5, "expected ']'"),
+    (".version 7.0\n.entry k()\n{\n\tmov.u32 %r1, #3;\n}\n", 4, "unexpected character"),
+    (".version 7.0\n.entry k()\n{\n\tret;\n", 2, "function k has no closing brace"),
+    (".version 7.0\n.global .u32 g[2] = {1, 2, 3};\n", 2, "3 initial values for 2 elements"),
+    (".version 7.0\n.entry k()\n{\n\t.bogus 1;\n}\n", 4, "unknown directive"),
+])
+def test_malformed_ptx_names_the_line(text, line, what):
+    with pytest.raises(PtxParseError) as info:
+        parse_ptx(text)
+    assert f"line {line}" in str(info.value) and what in str(info.value)
+
+
+def test_not_ptx():
+    with pytest.raises(PtxParseError, match="no .version"):
+        parse_ptx("")
+
+
+# ---------------------------------------------------------------------------------------------
+# Names and types
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mangled, plain", [
+    ("_Z4vaddPKiS0_Pii", "vadd"),
+    ("_Z2tkIiEvPT_", "tk"),
+    ("_ZN2ns5innerEPsPcPh", "ns::inner"),
+    ("_ZN2ns3fooIiEEvPi", "ns::foo"),
+    ("_ZL6staticv", "static"),
+    ("plain_c_name", "plain_c_name"),
+    ("_Z", "_Z"),
+    ("_Z99short", "_Z99short"),
+])
+def test_demangle(mangled, plain):
+    assert demangle(mangled) == plain
+
+
+def _module_with(*names: str):
+    body = "".join(f".visible .entry {n}()\n{{\n\tret;\n}}\n" for n in names)
+    return parse_ptx(".version 7.0\n.target sm_75\n.address_size 32\n" + body)
+
+
+def test_select_kernel_errors_list_the_kernels():
+    m = _module_with("_Z3addPi", "_Z3subPi")
+    with pytest.raises(KernelSelectError, match=r"no kernel named 'mul'.*add \(_Z3addPi\), sub \(_Z3subPi\)"):
+        select_kernel(m, "mul")
+    with pytest.raises(KernelSelectError, match="2 kernels; choose one with --kernel"):
+        select_kernel(m, None)
+    assert select_kernel(m, "sub").name == "_Z3subPi"
+
+
+def test_select_kernel_overloads_are_ambiguous():
+    m = _module_with("_Z1fPi", "_Z1fPj")
+    with pytest.raises(KernelSelectError, match="ambiguous"):
+        select_kernel(m, "f")
+    assert select_kernel(m, "_Z1fPj").name == "_Z1fPj"
+    with pytest.raises(KernelSelectError, match="no kernels"):
+        select_kernel(parse_ptx(".version 7.0\n"), None)
+
+
+@pytest.mark.parametrize("mod, width", [
+    ("s32", 32), ("u64", 64), ("b16", 16), (".u8", 8), ("pred", 1), ("f32", 32), ("f64", 64),
+    ("b128", 128), ("global", None), ("wide", None), ("lo", None),
+])
+def test_type_width(mod, width):
+    assert type_width(mod) == width
