@@ -1,3 +1,8 @@
+/* The C core of qgpu-min: bf16-weight x fp32-activation products, the Gated DeltaNet step, the causal
+ * conv update and the norms. Every kernel has a NumPy twin in qgpu_min/model/kernels_ref.py; the Python
+ * wrappers in qgpu_min/model/kernels.py validate shapes, dtypes and layout before calling in here, so the
+ * C side trusts its arguments. Matrices are row-major and contiguous; bf16 values are uint16 bit patterns.
+ */
 #ifndef QGPU_CORE_H
 #define QGPU_CORE_H
 #include <stdint.h>
@@ -5,6 +10,47 @@
 
 /* CDEF BEGIN */
 int qgpu_core_version(void);
+enum { QGPU_MAX_DV = 4096 };
+
+/* Threads used by the parallel kernels: QGPU_THREADS from the environment, else the online CPUs.
+ * qgpu_set_threads(n) overrides it (n <= 0 goes back to that default). */
+int qgpu_get_threads(void);
+void qgpu_set_threads(int n);
+
+/* SIMD level of the dense products: 0 generic C, 1 AVX2+FMA, 2 AVX-512. The best the CPU supports is
+ * chosen at first use; qgpu_set_isa asks for a level and returns the one in force (never above the CPU's). */
+int qgpu_get_isa(void);
+int qgpu_set_isa(int level);
+int qgpu_best_isa(void);
+
+/* y[out] = W[out, in] . x[in]    (W bf16 bits, fp32 accumulation) */
+void qgpu_matvec_bf16(const uint16_t *w, size_t out, size_t in, const float *x, float *y);
+/* Y[n, out] = X[n, in] . W[out, in]^T */
+void qgpu_matmul_bf16(const uint16_t *w, size_t out, size_t in, const float *x, size_t n, float *y);
+
+/* Y[n, out] = X[n, in] . W^T for a CSR bf16 matrix W [out, in]: row r has values[indptr[r] ..
+ * indptr[r+1]) at columns indices[same]. matvec is n = 1. */
+void qgpu_sparse_matmul(size_t out, size_t in, const int64_t *indptr, const int32_t *indices,
+                        const uint16_t *values, const float *x, size_t n, float *y);
+
+/* rows x d: y = x * rsqrt(mean(x^2) + eps) * (plus_one ? 1 + w : w) */
+void qgpu_rmsnorm(const float *x, size_t rows, size_t d, const float *w, float eps, int plus_one, float *y);
+/* rows x d: y = rmsnorm(x) * w * silu(z)  (plain w) */
+void qgpu_gated_rmsnorm(const float *x, const float *z, size_t rows, size_t d, const float *w, float eps,
+                        float *y);
+
+/* Causal depthwise conv, one token: state [c, k-1] (shifted in place), x [c], w [c, k] -> y [c] pre-SiLU */
+void qgpu_conv_update(float *state, size_t c, size_t k, const float *x, const float *w, float *y);
+
+/* Gated delta rule, one token, h heads (dv <= QGPU_MAX_DV): S [h, dk, dv] updated in place; q, k [h, dk]; v [h, dv];
+ * g, beta [h] -> o [h, dv]. Per head: S *= exp(g); kv = S^T k; S += k (x) (v - kv) beta; o = S^T q. */
+void qgpu_deltanet_step(float *s, size_t h, size_t dk, size_t dv, const float *q, const float *k,
+                        const float *v, const float *g, const float *beta, float *o);
 /* CDEF END */
+
+/* Internal: run fn(ctx, begin, end) over [0, n) split into contiguous ranges, one per thread; ranges
+ * start at multiples of grain; fewer threads when n / grain is small or work < min_work (caller's units). */
+typedef void (*qgpu_range_fn)(void *ctx, size_t begin, size_t end);
+void qgpu_parallel_for(size_t n, size_t grain, size_t work, qgpu_range_fn fn, void *ctx);
 
 #endif

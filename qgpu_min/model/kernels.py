@@ -1,7 +1,221 @@
-"""Kernels the model runtime calls (same signatures as `kernels_ref`).
+"""The C core's kernels, with the same signatures as their NumPy references in `kernels_ref`.
 
-Interim: the NumPy references, until the C core lands behind these same names.
+Arguments are validated here, at the boundary, and each error names the function, the argument and what
+was expected. Weights must already be C-contiguous uint16 bf16 bits: a weight is often a memory-mapped
+checkpoint tensor, and copying it silently would cost its whole size in RAM, so a wrong one is an error.
+Read-only activations that are float32 but not contiguous are copied (they are small); arrays updated in
+place (conv_state, S) must be contiguous and writable.
+
+Accuracy (tests/test_kernels_*.py): matvec/matmul differ from NumPy only by fp32 summation order,
+|y - y_ref| <= in * 2^-23 * sum|w x|; sums of small integers times powers of two are exact in any order, so
+they are equal bit for bit. conv_update and the sparse products are bit-identical to the references;
+norms and the DeltaNet step agree to a few fp32 ulps.
 """
-from qgpu_min.model.kernels_ref import (  # noqa: F401
-    KernelInputError, SparseBF16, conv_update, deltanet_step, gated_rmsnorm, l2norm, matmul_bf16,
-    matvec_bf16, maybe_sparse, rmsnorm, silu, sparse_matmul, sparse_matvec)
+from __future__ import annotations
+
+import numpy as np
+
+from qgpu_min._core import ffi, lib
+from qgpu_min.model.kernels_ref import (  # noqa: F401  (re-exported: same API as kernels_ref)
+    SPARSE_MAX_DENSITY, KernelInputError, SparseBF16, l2norm, maybe_sparse, silu)
+
+ISA_NAMES = ("generic", "avx2", "avx512")
+
+
+def threads() -> int:
+    """Threads the parallel kernels use (QGPU_THREADS, else the online CPUs, unless set_threads chose)."""
+    return int(lib.qgpu_get_threads())
+
+
+def set_threads(n: int | None) -> None:
+    """Use n threads; None goes back to QGPU_THREADS / the CPU count."""
+    if n is not None and (not isinstance(n, int) or n < 1):
+        raise KernelInputError(f"set_threads: need a positive int or None, got {n!r}")
+    lib.qgpu_set_threads(0 if n is None else n)
+
+
+def isa() -> str:
+    """The SIMD level the dense products use: 'generic', 'avx2' or 'avx512'."""
+    return ISA_NAMES[lib.qgpu_get_isa()]
+
+
+def set_isa(name: str | None) -> str:
+    """Ask for a SIMD level (None: the best this CPU has); returns the level in force, never above the CPU's."""
+    if name is None:
+        return ISA_NAMES[lib.qgpu_set_isa(lib.qgpu_best_isa())]
+    if name not in ISA_NAMES:
+        raise KernelInputError(f"set_isa: unknown level {name!r}; choose one of {', '.join(ISA_NAMES)}")
+    return ISA_NAMES[lib.qgpu_set_isa(ISA_NAMES.index(name))]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Boundary checks.
+
+
+def _shape_text(shape: tuple) -> str:
+    return "(" + ", ".join("*" if s is None else str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _check_shape(fn: str, name: str, a: np.ndarray, shape: tuple) -> None:
+    if a.ndim != len(shape) or any(want is not None and got != want for got, want in zip(a.shape, shape)):
+        raise KernelInputError(f"{fn}: {name} has shape {a.shape}, expected {_shape_text(shape)}")
+
+
+def _weight(fn: str, w: object) -> np.ndarray:
+    if not isinstance(w, np.ndarray) or w.dtype != np.uint16 or w.ndim != 2:
+        raise KernelInputError(f"{fn}: w_bits must be a 2-D uint16 array of bf16 bits [out, in] "
+                               f"(or a SparseBF16), got {_describe(w)}")
+    if not w.flags.c_contiguous:
+        raise KernelInputError(f"{fn}: w_bits {w.shape} is not C-contiguous; weights are never copied "
+                               f"implicitly, pass np.ascontiguousarray(w_bits) if a copy is really wanted")
+    return w
+
+
+def _activation(fn: str, name: str, a: object, shape: tuple) -> np.ndarray:
+    if not isinstance(a, np.ndarray) or a.dtype != np.float32:
+        raise KernelInputError(f"{fn}: {name} must be a float32 array, got {_describe(a)}")
+    _check_shape(fn, name, a, shape)
+    return np.ascontiguousarray(a)
+
+
+def _in_out(fn: str, name: str, a: object, shape: tuple) -> np.ndarray:
+    """An array the kernel updates in place: it must be float32, C-contiguous and writable as given."""
+    if not isinstance(a, np.ndarray) or a.dtype != np.float32:
+        raise KernelInputError(f"{fn}: {name} must be a float32 array, got {_describe(a)}")
+    _check_shape(fn, name, a, shape)
+    if not a.flags.c_contiguous or not a.flags.writeable:
+        raise KernelInputError(f"{fn}: {name} is updated in place, so it must be C-contiguous and writable")
+    return a
+
+
+def _describe(a: object) -> str:
+    if isinstance(a, np.ndarray):
+        return f"dtype {a.dtype}, shape {a.shape}"
+    return type(a).__name__
+
+
+def _f(a: np.ndarray):
+    return ffi.from_buffer("float[]", a)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Products.
+
+
+def matvec_bf16(w_bits: np.ndarray | SparseBF16, x: np.ndarray) -> np.ndarray:
+    """y = W x: W bf16 [out, in] (dense uint16 bits or SparseBF16), x f32 [in] -> f32 [out]."""
+    if isinstance(w_bits, SparseBF16):
+        return sparse_matvec(w_bits, x)
+    w = _weight("matvec_bf16", w_bits)
+    out, n_in = w.shape
+    x = _activation("matvec_bf16", "x", x, (n_in,))
+    y = np.empty(out, dtype=np.float32)
+    lib.qgpu_matvec_bf16(ffi.from_buffer("uint16_t[]", w), out, n_in, _f(x), _f(y))
+    return y
+
+
+def matmul_bf16(w_bits: np.ndarray | SparseBF16, x: np.ndarray) -> np.ndarray:
+    """Y = X W^T: W bf16 [out, in] (dense uint16 bits or SparseBF16), X f32 [n, in] -> f32 [n, out]."""
+    if isinstance(w_bits, SparseBF16):
+        return sparse_matmul(w_bits, x)
+    w = _weight("matmul_bf16", w_bits)
+    out, n_in = w.shape
+    x = _activation("matmul_bf16", "x", x, (None, n_in))
+    y = np.empty((x.shape[0], out), dtype=np.float32)
+    if x.shape[0]:
+        lib.qgpu_matmul_bf16(ffi.from_buffer("uint16_t[]", w), out, n_in, _f(x), x.shape[0], _f(y))
+    return y
+
+
+def _sparse(fn: str, w: object) -> SparseBF16:
+    if not isinstance(w, SparseBF16):
+        raise KernelInputError(f"{fn}: w must be a SparseBF16, got {_describe(w)}")
+    return w
+
+
+def sparse_matmul(w: SparseBF16, x: np.ndarray) -> np.ndarray:
+    """matmul_bf16 for a CSR weight: X f32 [n, in] -> f32 [n, out]."""
+    w = _sparse("sparse_matmul", w)
+    out, n_in = w.shape
+    x = _activation("sparse_matmul", "x", x, (None, n_in))
+    y = np.empty((x.shape[0], out), dtype=np.float32)
+    if x.shape[0] and out:
+        lib.qgpu_sparse_matmul(out, n_in, ffi.from_buffer("int64_t[]", w.indptr),
+                               ffi.from_buffer("int32_t[]", w.indices), ffi.from_buffer("uint16_t[]", w.values),
+                               _f(x), x.shape[0], _f(y))
+    return y
+
+
+def sparse_matvec(w: SparseBF16, x: np.ndarray) -> np.ndarray:
+    """matvec_bf16 for a CSR weight: x f32 [in] -> f32 [out]."""
+    w = _sparse("sparse_matvec", w)
+    x = _activation("sparse_matvec", "x", x, (w.shape[1],))
+    return sparse_matmul(w, x[None, :])[0]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Norms.
+
+
+def rmsnorm(x: np.ndarray, w: np.ndarray, eps: float, plus_one: bool) -> np.ndarray:
+    """x * rsqrt(mean(x^2) + eps) * (1 + w if plus_one else w) over the last axis; x f32 (..., d), w f32 (d)."""
+    if not isinstance(x, np.ndarray) or x.ndim < 1 or x.shape[-1] < 1:
+        raise KernelInputError(f"rmsnorm: x must be a float32 array (..., d) with d >= 1, got {_describe(x)}")
+    d = x.shape[-1]
+    x = _activation("rmsnorm", "x", x, (None,) * (x.ndim - 1) + (d,))
+    w = _activation("rmsnorm", "w", w, (d,))
+    y = np.empty_like(x)
+    lib.qgpu_rmsnorm(_f(x), x.size // d, d, _f(w), eps, bool(plus_one), _f(y))
+    return y
+
+
+def gated_rmsnorm(x: np.ndarray, z: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """rmsnorm(x) * w * silu(z) over the last axis (per head): x, z f32 (..., d), w f32 (d), plain w."""
+    if not isinstance(x, np.ndarray) or x.ndim < 1 or x.shape[-1] < 1:
+        raise KernelInputError(f"gated_rmsnorm: x must be a float32 array (..., d) with d >= 1, "
+                               f"got {_describe(x)}")
+    d = x.shape[-1]
+    x = _activation("gated_rmsnorm", "x", x, (None,) * (x.ndim - 1) + (d,))
+    z = _activation("gated_rmsnorm", "z", z, x.shape)
+    w = _activation("gated_rmsnorm", "w", w, (d,))
+    y = np.empty_like(x)
+    lib.qgpu_gated_rmsnorm(_f(x), _f(z), x.size // d, d, _f(w), eps, _f(y))
+    return y
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Gated DeltaNet pieces, one token.
+
+
+def conv_update(conv_state: np.ndarray, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Causal depthwise conv, one token: conv_state f32 [C, K-1] (shifted in place), x f32 [C], w f32 [C, K]
+    -> pre-SiLU output f32 [C]."""
+    if not isinstance(w, np.ndarray) or w.ndim != 2 or w.shape[1] < 1:
+        raise KernelInputError(f"conv_update: w must be a float32 array [C, K] with K >= 1, got {_describe(w)}")
+    c, k = w.shape
+    w = _activation("conv_update", "w", w, (c, k))
+    state = _in_out("conv_update", "conv_state", conv_state, (c, k - 1))
+    x = _activation("conv_update", "x", x, (c,))
+    y = np.empty(c, dtype=np.float32)
+    lib.qgpu_conv_update(_f(state), c, k, _f(x), _f(w), _f(y))
+    return y
+
+
+def deltanet_step(S: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray,
+                  beta: np.ndarray) -> np.ndarray:
+    """Gated delta rule, one token, all heads: S f32 [H, dk, dv] updated in place; q, k f32 [H, dk];
+    v f32 [H, dv]; g, beta f32 [H] -> o f32 [H, dv]. See kernels_ref.deltanet_step for the math."""
+    if not isinstance(S, np.ndarray) or S.ndim != 3:
+        raise KernelInputError(f"deltanet_step: S must be a float32 array [H, dk, dv], got {_describe(S)}")
+    h, dk, dv = S.shape
+    if dv > lib.QGPU_MAX_DV:
+        raise KernelInputError(f"deltanet_step: dv = {dv} exceeds the C kernel's limit {lib.QGPU_MAX_DV}")
+    S = _in_out("deltanet_step", "S", S, (h, dk, dv))
+    q = _activation("deltanet_step", "q", q, (h, dk))
+    k = _activation("deltanet_step", "k", k, (h, dk))
+    v = _activation("deltanet_step", "v", v, (h, dv))
+    g = _activation("deltanet_step", "g", g, (h,))
+    beta = _activation("deltanet_step", "beta", beta, (h,))
+    o = np.empty((h, dv), dtype=np.float32)
+    lib.qgpu_deltanet_step(_f(S), h, dk, dv, _f(q), _f(k), _f(v), _f(g), _f(beta), _f(o))
+    return o

@@ -39,6 +39,23 @@ class SparseBF16:
     indices: np.ndarray  # int32 [nnz]
     values: np.ndarray  # uint16 [nnz], bf16 bits
 
+    def __post_init__(self) -> None:
+        # Checked once here so the C kernels can trust every index they follow.
+        out, cols = self.shape
+        for name, arr, dtype in (("indptr", self.indptr, np.int64), ("indices", self.indices, np.int32),
+                                 ("values", self.values, np.uint16)):
+            if not isinstance(arr, np.ndarray) or arr.dtype != dtype or arr.ndim != 1 \
+                    or not arr.flags.c_contiguous:
+                raise KernelInputError(f"SparseBF16.{name} must be a contiguous 1-D {np.dtype(dtype)} array, "
+                                       f"got {_describe(arr)}")
+        if self.indptr.shape[0] != out + 1 or self.indptr[0] != 0 or self.indptr[-1] != self.values.shape[0] \
+                or self.indices.shape[0] != self.values.shape[0] or np.any(np.diff(self.indptr) < 0):
+            raise KernelInputError(f"SparseBF16: indptr (length {self.indptr.shape[0]}) does not describe "
+                                   f"{out} rows over {self.values.shape[0]} values and "
+                                   f"{self.indices.shape[0]} indices")
+        if self.indices.shape[0] and (self.indices.min() < 0 or self.indices.max() >= cols):
+            raise KernelInputError(f"SparseBF16: column indices must lie in [0, {cols})")
+
     @property
     def nnz(self) -> int:
         return int(self.indices.shape[0])

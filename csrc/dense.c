@@ -1,0 +1,249 @@
+/* bf16-weight x fp32-activation products: Y[n, out] = X[n, in] . W[out, in]^T, fp32 accumulation.
+ * matvec is the n = 1 case of the same code.
+ *
+ * Each (row, token) dot product is accumulated the same way whatever tile computes it: one vector
+ * accumulator of L lanes (L = 8 generic and AVX2, 16 AVX-512), chunks of L in order with the tail
+ * zero-padded, then a fixed halving reduction of the lanes. So within one SIMD level, matmul rows equal
+ * matvec results bit for bit, for any thread count. Across levels, only the summation order differs.
+ *
+ * Blocking: threads own disjoint row ranges of W (every weight byte is read by one thread). Within a range,
+ * tiles of TR rows x TT tokens share each loaded weight chunk across TT tokens; a block of TB tokens of X
+ * (a few hundred KiB) stays in cache while the range's rows stream past it.
+ */
+#include <string.h>
+
+#include "qgpu_core.h"
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#define QGPU_X86 1
+#include <immintrin.h>
+#endif
+
+enum { ISA_GENERIC = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
+enum { X_BLOCK_FLOATS = 1 << 16 }; /* 256 KiB of activations per token block */
+
+typedef struct {
+    const uint16_t *w;
+    size_t out, in;
+    const float *x;
+    size_t n;
+    float *y;
+} prod_args;
+
+static size_t token_block(size_t in, size_t tile_tokens) {
+    size_t tb = X_BLOCK_FLOATS / (in ? in : 1);
+    tb -= tb % tile_tokens;
+    return tb < tile_tokens ? tile_tokens : tb;
+}
+
+static inline float bf16_value(uint16_t bits) {
+    uint32_t u = (uint32_t)bits << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* ---- generic C: 8 independent lanes, which compilers vectorize for the baseline ISA ---- */
+
+static float dot_generic(const uint16_t *w, const float *x, size_t in) {
+    float acc[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= in; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] += bf16_value(w[i + l]) * x[i + l];
+    for (int l = 0; i + l < in; l++) acc[l] += bf16_value(w[i + l]) * x[i + l];
+    for (int half = 4; half > 0; half /= 2)
+        for (int l = 0; l < half; l++) acc[l] += acc[l + half];
+    return acc[0];
+}
+
+static void rows_generic(void *ctx, size_t r0, size_t r1) {
+    const prod_args *a = (const prod_args *)ctx;
+    size_t tb = token_block(a->in, 1);
+    for (size_t t0 = 0; t0 < a->n; t0 += tb) {
+        size_t t1 = t0 + tb < a->n ? t0 + tb : a->n;
+        for (size_t r = r0; r < r1; r++)
+            for (size_t t = t0; t < t1; t++)
+                a->y[t * a->out + r] = dot_generic(a->w + r * a->in, a->x + t * a->in, a->in);
+    }
+}
+
+#ifdef QGPU_X86
+/* ---- AVX2 + FMA: 8 lanes, tiles of 4 rows x 2 tokens (8 accumulators of 16 registers) ---- */
+
+#define AVX2 __attribute__((target("avx2,fma")))
+#define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma")))
+
+AVX2_INLINE __m256 load_w8(const uint16_t *p) {
+    __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
+
+AVX2_INLINE __m256 load_w8_tail(const uint16_t *p, size_t count) {
+    uint16_t buf[8] = {0};
+    memcpy(buf, p, count * sizeof *p);
+    return load_w8(buf);
+}
+
+AVX2_INLINE __m256 load_x8_tail(const float *p, size_t count) {
+    float buf[8] = {0};
+    memcpy(buf, p, count * sizeof *p);
+    return _mm256_loadu_ps(buf);
+}
+
+AVX2_INLINE float reduce8(__m256 v) {
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    q = _mm_add_ss(q, _mm_shuffle_ps(q, q, 1));
+    return _mm_cvtss_f32(q);
+}
+
+/* NR rows x NT tokens; NR, NT are constants at every call so the accumulators live in registers. */
+AVX2_INLINE void tile_avx2(const prod_args *a, size_t r, size_t t, const int NR, const int NT) {
+    const size_t in = a->in;
+    __m256 acc[4][2], wv[4];
+    for (int i = 0; i < NR; i++)
+        for (int j = 0; j < NT; j++) acc[i][j] = _mm256_setzero_ps();
+    size_t k = 0;
+    for (; k + 8 <= in; k += 8) {
+        for (int i = 0; i < NR; i++) wv[i] = load_w8(a->w + (r + i) * in + k);
+        for (int j = 0; j < NT; j++) {
+            __m256 xv = _mm256_loadu_ps(a->x + (t + j) * in + k);
+            for (int i = 0; i < NR; i++) acc[i][j] = _mm256_fmadd_ps(wv[i], xv, acc[i][j]);
+        }
+    }
+    if (k < in) {
+        for (int i = 0; i < NR; i++) wv[i] = load_w8_tail(a->w + (r + i) * in + k, in - k);
+        for (int j = 0; j < NT; j++) {
+            __m256 xv = load_x8_tail(a->x + (t + j) * in + k, in - k);
+            for (int i = 0; i < NR; i++) acc[i][j] = _mm256_fmadd_ps(wv[i], xv, acc[i][j]);
+        }
+    }
+    for (int i = 0; i < NR; i++)
+        for (int j = 0; j < NT; j++) a->y[(t + j) * a->out + r + i] = reduce8(acc[i][j]);
+}
+
+AVX2 static void rows_avx2(void *ctx, size_t r0, size_t r1) {
+    const prod_args *a = (const prod_args *)ctx;
+    size_t tb = token_block(a->in, 2);
+    for (size_t t0 = 0; t0 < a->n; t0 += tb) {
+        size_t t1 = t0 + tb < a->n ? t0 + tb : a->n;
+        size_t r = r0;
+        for (; r + 4 <= r1; r += 4) {
+            size_t t = t0;
+            for (; t + 2 <= t1; t += 2) tile_avx2(a, r, t, 4, 2);
+            for (; t < t1; t++) tile_avx2(a, r, t, 4, 1);
+        }
+        for (; r < r1; r++)
+            for (size_t t = t0; t < t1; t++) tile_avx2(a, r, t, 1, 1);
+    }
+}
+
+/* ---- AVX-512F: 16 lanes, tiles of 4 rows x 4 tokens (16 accumulators of 32 registers) ---- */
+
+#define AVX512 __attribute__((target("avx512f")))
+#define AVX512_INLINE static inline __attribute__((always_inline, target("avx512f")))
+
+AVX512_INLINE __m512 load_w16(const uint16_t *p) {
+    __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+}
+
+AVX512_INLINE __m512 load_w16_tail(const uint16_t *p, size_t count) {
+    uint16_t buf[16] = {0};
+    memcpy(buf, p, count * sizeof *p);
+    return load_w16(buf);
+}
+
+AVX512_INLINE float reduce16(__m512 v) {
+    __m256 lo = _mm512_castps512_ps256(v);
+    __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    __m256 s = _mm256_add_ps(lo, hi);
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    q = _mm_add_ss(q, _mm_shuffle_ps(q, q, 1));
+    return _mm_cvtss_f32(q);
+}
+
+AVX512_INLINE void tile_avx512(const prod_args *a, size_t r, size_t t, const int NR, const int NT) {
+    const size_t in = a->in;
+    __m512 acc[4][4], wv[4];
+    for (int i = 0; i < NR; i++)
+        for (int j = 0; j < NT; j++) acc[i][j] = _mm512_setzero_ps();
+    size_t k = 0;
+    for (; k + 16 <= in; k += 16) {
+        for (int i = 0; i < NR; i++) wv[i] = load_w16(a->w + (r + i) * in + k);
+        for (int j = 0; j < NT; j++) {
+            __m512 xv = _mm512_loadu_ps(a->x + (t + j) * in + k);
+            for (int i = 0; i < NR; i++) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
+        }
+    }
+    if (k < in) {
+        __mmask16 m = (__mmask16)((1u << (in - k)) - 1u);
+        for (int i = 0; i < NR; i++) wv[i] = load_w16_tail(a->w + (r + i) * in + k, in - k);
+        for (int j = 0; j < NT; j++) {
+            __m512 xv = _mm512_maskz_loadu_ps(m, a->x + (t + j) * in + k);
+            for (int i = 0; i < NR; i++) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
+        }
+    }
+    for (int i = 0; i < NR; i++)
+        for (int j = 0; j < NT; j++) a->y[(t + j) * a->out + r + i] = reduce16(acc[i][j]);
+}
+
+AVX512 static void rows_avx512(void *ctx, size_t r0, size_t r1) {
+    const prod_args *a = (const prod_args *)ctx;
+    size_t tb = token_block(a->in, 4);
+    for (size_t t0 = 0; t0 < a->n; t0 += tb) {
+        size_t t1 = t0 + tb < a->n ? t0 + tb : a->n;
+        size_t r = r0;
+        for (; r + 4 <= r1; r += 4) {
+            size_t t = t0;
+            for (; t + 4 <= t1; t += 4) tile_avx512(a, r, t, 4, 4);
+            for (; t < t1; t++) tile_avx512(a, r, t, 4, 1);
+        }
+        for (; r < r1; r++)
+            for (size_t t = t0; t < t1; t++) tile_avx512(a, r, t, 1, 1);
+    }
+}
+#endif /* QGPU_X86 */
+
+/* ---- dispatch ---- */
+
+static const qgpu_range_fn ROWS_BY_ISA[] = {
+    rows_generic,
+#ifdef QGPU_X86
+    rows_avx2,
+    rows_avx512,
+#endif
+};
+
+static int isa_level = -1; /* -1: not chosen yet */
+
+int qgpu_best_isa(void) {
+#ifdef QGPU_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return ISA_AVX2;
+#endif
+    return ISA_GENERIC;
+}
+
+int qgpu_set_isa(int level) {
+    int best = qgpu_best_isa();
+    isa_level = level < 0 ? 0 : (level > best ? best : level);
+    return isa_level;
+}
+
+int qgpu_get_isa(void) {
+    if (isa_level < 0) isa_level = qgpu_best_isa();
+    return isa_level;
+}
+
+void qgpu_matmul_bf16(const uint16_t *w, size_t out, size_t in, const float *x, size_t n, float *y) {
+    prod_args a = {w, out, in, x, n, y};
+    /* Grain of 16 rows keeps each thread's range a whole number of 4-row tiles. */
+    qgpu_parallel_for(out, 16, out * in * (n ? n : 1), ROWS_BY_ISA[qgpu_get_isa()], &a);
+}
+
+void qgpu_matvec_bf16(const uint16_t *w, size_t out, size_t in, const float *x, float *y) {
+    qgpu_matmul_bf16(w, out, in, x, 1, y);
+}
