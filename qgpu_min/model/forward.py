@@ -1,0 +1,273 @@
+"""The Qwen3.5 text forward pass (reference §3): decode one token, or prefill many at once.
+
+Every layer is pre-norm residual: h += Mixer(RMSNorm(h)); h += MLP(RMSNorm(h)), the mixer a Gated DeltaNet
+or gated full attention as `layer_types` says. Prefill multiplies all prompt tokens' activations at once and
+runs only the conv and delta-rule recurrences token by token; decode is the same code with one token.
+
+Modes. "fp32": activations float32 throughout, bf16 weights widened exactly. "bf16": emulates torch bf16
+inference (HF `modeling_qwen3_5.py`): every value torch would hold as a bf16 tensor is rounded to bf16
+(round-to-nearest-even) at the point torch rounds it; fp32 islands stay fp32. The rounding points, marked
+`r(...)` below, are:
+  - each linear layer's output (fp32 accumulation, one rounding);
+  - RMSNorm (input, post-attention, final, q_norm, k_norm): math in fp32, weight (1 + w) applied in fp32,
+    one rounding at the end;
+  - residual adds;
+  - DeltaNet: conv1d output, then SiLU output; beta = sigmoid(b); the delta-rule output (state and math
+    fp32; g = -exp(A_log) * softplus(a + dt_bias) fp32); gated norm: normalised value, then w * value, then
+    * silu(z) (silu in fp32);
+  - attention: RoPE cos/sin, each RoPE product and their sum; scores q.k, scaled scores, softmax
+    probabilities (softmax in fp32), probabilities @ V (eager attention), sigmoid(gate), output * gate;
+  - MLP: silu(gate), silu(gate) * up;
+  - logits.
+  F32-stored vectors (A_log, linear_attn.norm.weight) are rounded to bf16 at load, as torch's bf16 load
+  casts every parameter.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import kernels
+from .bf16 import bf16_to_f32, round_bf16
+from .config import TextConfig, load_config
+from .errors import ModelInputError
+from .weights import Weights, load_weights
+
+MODES = ("fp32", "bf16")
+
+
+def _identity(x: np.ndarray) -> np.ndarray:
+    return x
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return np.float32(1) / (np.float32(1) + np.exp(-x))
+
+
+def _softplus(x: np.ndarray) -> np.ndarray:
+    # torch's softplus returns x itself above its threshold of 20
+    return np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20)))).astype(np.float32)
+
+
+@dataclass
+class State:
+    """Per-sequence state. recurrent[layer]: DeltaNet S f32 (H, dk, dv); conv[layer]: f32 (conv_dim, K-1),
+    oldest input first; keys/values[layer]: f32 (kv heads, capacity, head_dim), the first `pos` positions
+    valid (keys after q/k norm and RoPE); pos: tokens consumed so far."""
+    recurrent: dict[int, np.ndarray]
+    conv: dict[int, np.ndarray]
+    keys: dict[int, np.ndarray] = field(default_factory=dict)
+    values: dict[int, np.ndarray] = field(default_factory=dict)
+    pos: int = 0
+
+
+class Model:
+    """A loaded Qwen3.5 text model; see docs/model.md."""
+
+    def __init__(self, config: TextConfig, weights: Weights, mode: str = "fp32", tokenizer=None,
+                 path: Path | None = None) -> None:
+        if mode not in MODES:
+            raise ModelInputError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        self.config, self.weights, self.mode, self.tokenizer, self.path = config, weights, mode, tokenizer, path
+        self.r = round_bf16 if mode == "bf16" else _identity
+        cfg = config
+        rot = cfg.rotary_dim
+        self._inv_freq = (np.float32(1) / np.power(np.float32(cfg.rope_theta),
+                                                   np.arange(0, rot, 2, dtype=np.float32) / np.float32(rot)))
+        if mode == "bf16":  # torch casts every parameter to bf16, the F32-stored ones too
+            for layer in weights.layers:
+                for name in ("A_log", "gdn_norm"):
+                    if name in layer:
+                        layer[name] = round_bf16(layer[name])
+        self._subset_cache: tuple[bytes, np.ndarray] | None = None
+
+    # ---- state -------------------------------------------------------------------------------------------
+
+    def new_state(self) -> State:
+        cfg = self.config
+        lin = cfg.layers_of("linear_attention")
+        return State(
+            recurrent={i: np.zeros((cfg.linear_num_value_heads, cfg.linear_key_head_dim,
+                                    cfg.linear_value_head_dim), np.float32) for i in lin},
+            conv={i: np.zeros((cfg.conv_dim, cfg.linear_conv_kernel_dim - 1), np.float32) for i in lin})
+
+    # ---- public entry points -------------------------------------------------------------------------------
+
+    def embed(self, token_ids) -> np.ndarray:
+        """Token embeddings f32 (T, hidden) (no scaling: h0 = E[token])."""
+        ids = self._check_ids(token_ids)
+        return bf16_to_f32(self.weights.embed[ids])
+
+    def forward_hidden(self, state: State, token_ids) -> np.ndarray:
+        """Run the tokens through every layer, advancing `state`; returns the final-norm output f32
+        (T, hidden), what the LM head sees."""
+        h = self.embed(token_ids)
+        for i, kind in enumerate(self.config.layer_types):
+            h = self._layer(state, i, kind, h)
+        state.pos += h.shape[0]
+        return self.r(kernels.rmsnorm(h, self.weights.final_norm, self.config.rms_norm_eps, plus_one=True))
+
+    def logits(self, hidden: np.ndarray, token_subset=None) -> np.ndarray:
+        """LM-head logits for hidden f32 (hidden,) or (T, hidden): [V] / [T, V], or only the ids of
+        `token_subset`, in its order."""
+        w = self.weights.lm_head if token_subset is None else self._subset_rows(token_subset)
+        if hidden.ndim == 1:
+            return self.r(kernels.matvec_bf16(w, hidden))
+        return self.r(kernels.matmul_bf16(w, hidden))
+
+    def prefill(self, state: State, token_ids, all_logits: bool = False, token_subset=None) -> np.ndarray:
+        """Feed prompt tokens; logits [V] of the last token, or [T, V] with all_logits (columns restricted to
+        token_subset when given)."""
+        hidden = self.forward_hidden(state, token_ids)
+        return self.logits(hidden if all_logits else hidden[-1], token_subset)
+
+    def decode(self, state: State, token_id: int, token_subset=None) -> np.ndarray:
+        """Feed one token; its logits [V] (or [len(token_subset)])."""
+        return self.logits(self.forward_hidden(state, [token_id])[0], token_subset)
+
+    # ---- checks ----------------------------------------------------------------------------------------------
+
+    def _check_ids(self, token_ids) -> np.ndarray:
+        ids = np.asarray(token_ids)
+        if ids.ndim != 1 or ids.size == 0:
+            raise ModelInputError(f"token_ids must be a non-empty 1-D list of ints, got shape {ids.shape}")
+        if not np.issubdtype(ids.dtype, np.integer):
+            raise ModelInputError(f"token_ids must be integers, got dtype {ids.dtype}")
+        bad = ids[(ids < 0) | (ids >= self.config.vocab_size)]
+        if bad.size:
+            raise ModelInputError(f"token id {int(bad[0])} is outside the vocabulary [0, {self.config.vocab_size})")
+        return ids.astype(np.int64)
+
+    def _subset_rows(self, token_subset) -> np.ndarray:
+        ids = self._check_ids(token_subset)
+        key = ids.tobytes()
+        if self._subset_cache is None or self._subset_cache[0] != key:
+            # gathered once and reused: a launch asks for the same subset at every step
+            self._subset_cache = (key, np.ascontiguousarray(self.weights.lm_head[ids]))
+        return self._subset_cache[1]
+
+    # ---- layers ----------------------------------------------------------------------------------------------
+
+    def _linear(self, w, x: np.ndarray) -> np.ndarray:
+        """r(x @ W.T) for x (T, in); the matrix-vector kernel when T == 1."""
+        if x.shape[0] == 1:
+            return self.r(kernels.matvec_bf16(w, x[0]))[None]
+        return self.r(kernels.matmul_bf16(w, x))
+
+    def _norm(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+        return self.r(kernels.rmsnorm(x, w, self.config.rms_norm_eps, plus_one=True))
+
+    def _layer(self, state: State, i: int, kind: str, h: np.ndarray) -> np.ndarray:
+        w = self.weights.layers[i]
+        u = self._norm(h, w["in_norm"])
+        mixed = self._deltanet(state, i, w, u) if kind == "linear_attention" else self._attention(state, i, w, u)
+        h = self.r(h + mixed)
+        u = self._norm(h, w["post_norm"])
+        act = self.r(self.r(kernels.silu(self._linear(w["gate"], u))) * self._linear(w["up"], u))
+        return self.r(h + self._linear(w["down"], act))
+
+    def _deltanet(self, state: State, i: int, w: dict, u: np.ndarray) -> np.ndarray:
+        cfg, r, T = self.config, self.r, u.shape[0]
+        nk, nv, dk, dv = (cfg.linear_num_key_heads, cfg.linear_num_value_heads, cfg.linear_key_head_dim,
+                          cfg.linear_value_head_dim)
+        mixed = self._linear(w["qkv"], u)  # (T, conv_dim): [q | k | v]
+        z = self._linear(w["z"], u).reshape(T, nv, dv)
+        b = self._linear(w["b"], u)
+        a = self._linear(w["a"], u)
+        conv_state, taps = state.conv[i], w["conv"]
+        c = np.empty_like(mixed)
+        for t in range(T):  # causal conv: a recurrence over tokens through conv_state
+            c[t] = kernels.conv_update(conv_state, mixed[t], taps)
+        c = r(kernels.silu(r(c)))
+        q = c[:, :cfg.key_dim].reshape(T, nk, dk)
+        k = c[:, cfg.key_dim:2 * cfg.key_dim].reshape(T, nk, dk)
+        v = np.ascontiguousarray(c[:, 2 * cfg.key_dim:].reshape(T, nv, dv))
+        beta = r(_sigmoid(b))
+        g = (-np.exp(w["A_log"]) * _softplus(a + w["dt_bias"])).astype(np.float32)
+        q = kernels.l2norm(q, 1e-6) * np.float32(1 / np.sqrt(dk))
+        k = kernels.l2norm(k, 1e-6)
+        if nv > nk:  # each key head serves nv/nk consecutive value heads (HF repeat_interleave)
+            q, k = np.repeat(q, nv // nk, axis=1), np.repeat(k, nv // nk, axis=1)
+        q, k = np.ascontiguousarray(q, np.float32), np.ascontiguousarray(k, np.float32)
+        S = state.recurrent[i]
+        o = np.empty((T, nv, dv), np.float32)
+        for t in range(T):
+            o[t] = kernels.deltanet_step(S, q[t], k[t], v[t], g[t], beta[t])
+        o = r(o)
+        if self.mode == "bf16":  # HF Qwen3_5RMSNormGated: round the normalised value, then w * it, then the gate
+            n = r(kernels.rmsnorm(o, np.ones(dv, np.float32), cfg.rms_norm_eps, plus_one=False))
+            o = r(r(w["gdn_norm"] * n) * kernels.silu(z))
+        else:
+            o = kernels.gated_rmsnorm(o, z, w["gdn_norm"], cfg.rms_norm_eps)
+        return self._linear(w["out"], o.reshape(T, nv * dv))
+
+    def _rope(self, x: np.ndarray, pos0: int) -> np.ndarray:
+        """NeoX-style rotary embedding on the first rotary_dim dims of each head; x (T, heads, head_dim)."""
+        r, rot = self.r, self.config.rotary_dim
+        angles = np.arange(pos0, pos0 + x.shape[0], dtype=np.float32)[:, None] * self._inv_freq[None]
+        cos = r(np.concatenate([np.cos(angles)] * 2, axis=1))[:, None, :]  # (T, 1, rot)
+        sin = r(np.concatenate([np.sin(angles)] * 2, axis=1))[:, None, :]
+        xr = x[..., :rot]
+        rotated = np.concatenate([-xr[..., rot // 2:], xr[..., :rot // 2]], axis=-1)
+        out = x.copy()
+        out[..., :rot] = r(r(xr * cos) + r(rotated * sin))
+        return out
+
+    def _append_kv(self, state: State, i: int, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Store this step's k, v (T, kv heads, head_dim); returns the valid cache (kv heads, pos+T, hd)."""
+        T, end = k.shape[0], state.pos + k.shape[0]
+        keys = state.keys.get(i)
+        if keys is None or keys.shape[1] < end:  # grow by doubling
+            cap = max(64, 2 * end)
+            new_k = np.zeros((k.shape[1], cap, k.shape[2]), np.float32)
+            new_v = np.zeros_like(new_k)
+            if keys is not None:
+                new_k[:, :state.pos] = keys[:, :state.pos]
+                new_v[:, :state.pos] = state.values[i][:, :state.pos]
+            state.keys[i], state.values[i] = new_k, new_v
+        state.keys[i][:, state.pos:end] = k.transpose(1, 0, 2)
+        state.values[i][:, state.pos:end] = v.transpose(1, 0, 2)
+        return state.keys[i][:, :end], state.values[i][:, :end]
+
+    def _attention(self, state: State, i: int, w: dict, u: np.ndarray) -> np.ndarray:
+        cfg, r, T = self.config, self.r, u.shape[0]
+        nq, nkv, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        qg = self._linear(w["q"], u)
+        if cfg.attn_output_gate:  # rows interleaved per head: [query (hd) | gate (hd)]
+            qg = qg.reshape(T, nq, 2 * hd)
+            q, gate = qg[..., :hd], qg[..., hd:].reshape(T, nq * hd)
+        else:
+            q, gate = qg.reshape(T, nq, hd), None
+        k = self._linear(w["k"], u).reshape(T, nkv, hd)
+        v = self._linear(w["v"], u).reshape(T, nkv, hd)
+        q = self._rope(self._norm(q, w["q_norm"]), state.pos)
+        k = self._rope(self._norm(k, w["k_norm"]), state.pos)
+        keys, values = self._append_kv(state, i, k, v)  # (nkv, S, hd)
+        S, group = keys.shape[1], nq // nkv
+        # query head h uses kv head h // group
+        qh = q.transpose(1, 0, 2).reshape(nkv, group * T, hd)
+        scores = r(r(qh @ keys.transpose(0, 2, 1)) * np.float32(hd ** -0.5)).reshape(nkv, group, T, S)
+        visible = np.arange(S)[None, :] <= (state.pos + np.arange(T))[:, None]  # causal (T, S)
+        scores = np.where(visible, scores, -np.inf)
+        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        probs = r(scores / scores.sum(axis=-1, keepdims=True))
+        out = r(probs.reshape(nkv, group * T, S) @ values)  # (nkv, group*T, hd)
+        out = out.reshape(nq, T, hd).transpose(1, 0, 2).reshape(T, nq * hd)
+        if gate is not None:
+            out = r(out * r(_sigmoid(gate)))
+        return self._linear(w["o"], np.ascontiguousarray(out))
+
+
+def load_model(path: str | Path, mode: str = "fp32", sparse: bool = True) -> Model:
+    """Load a Qwen3.5 checkpoint directory: config, weights (memory-mapped, checked before use), and the
+    tokenizer when tokenizer.json is present (else model.tokenizer is None)."""
+    from .tokenizer import load_tokenizer
+
+    if mode not in MODES:
+        raise ModelInputError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+    path = Path(path)
+    config = load_config(path)
+    weights = load_weights(path, config, sparse=sparse)
+    return Model(config, weights, mode, tokenizer=load_tokenizer(path), path=path)

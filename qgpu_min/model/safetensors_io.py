@@ -1,0 +1,217 @@
+"""Safetensors reading (memory-mapped, own header parser) and writing (raw bytes).
+
+NumPy has no bfloat16, so BF16 tensors are carried as their raw uint16 bit patterns. Reading never copies
+tensor data: each tensor is a view into a read-only memory map of its file.
+
+File format: 8-byte little-endian header length N, N bytes of JSON
+`{name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}`, then the data, with
+offsets relative to the end of the header.
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import CheckpointError
+
+# safetensors dtype name -> how NumPy holds it (BF16 as raw bits)
+NUMPY_DTYPES: dict[str, np.dtype] = {
+    "BF16": np.dtype("<u2"),
+    "F16": np.dtype("<f2"),
+    "F32": np.dtype("<f4"),
+    "F64": np.dtype("<f8"),
+    "I8": np.dtype("i1"),
+    "U8": np.dtype("u1"),
+    "I16": np.dtype("<i2"),
+    "I32": np.dtype("<i4"),
+    "I64": np.dtype("<i8"),
+    "BOOL": np.dtype("?"),
+}
+INDEX_NAME = "model.safetensors.index.json"
+SINGLE_NAME = "model.safetensors"
+MAX_HEADER = 100 * 1024 * 1024  # the safetensors library's own limit
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """Where one tensor lives: file, dtype, shape and absolute byte range."""
+    name: str
+    file: Path
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+
+
+def read_header(path: str | Path) -> dict[str, TensorInfo]:
+    """Parse and check one file's header: every tensor's byte range must lie inside the file and match its
+    dtype and shape. Raises CheckpointError naming the file and tensor."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise CheckpointError(f"{path}: {size} bytes, too short for a safetensors header")
+            (n,) = struct.unpack("<Q", head)
+            if n > MAX_HEADER or 8 + n > size:
+                raise CheckpointError(f"{path}: header length {n} does not fit the {size}-byte file "
+                                      "(truncated or not a safetensors file)")
+            raw = f.read(n)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: weights file not found") from None
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}: header is not valid JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: header is not a JSON object")
+    base = 8 + n
+    out: dict[str, TensorInfo] = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape, (begin, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
+        except (TypeError, KeyError, ValueError):
+            raise CheckpointError(f"{path}: tensor {name}: malformed header entry {entry!r}") from None
+        if dtype not in NUMPY_DTYPES:
+            raise CheckpointError(f"{path}: tensor {name}: unknown dtype {dtype!r}")
+        if not all(isinstance(d, int) and d >= 0 for d in shape):
+            raise CheckpointError(f"{path}: tensor {name}: bad shape {list(shape)}")
+        nbytes = int(np.prod(shape, dtype=np.int64)) * NUMPY_DTYPES[dtype].itemsize
+        if not (isinstance(begin, int) and isinstance(end, int) and 0 <= begin <= end):
+            raise CheckpointError(f"{path}: tensor {name}: bad data_offsets {[begin, end]}")
+        if end - begin != nbytes:
+            raise CheckpointError(f"{path}: tensor {name}: {end - begin} data bytes for {dtype} "
+                                  f"{list(shape)}, which needs {nbytes}")
+        if base + end > size:
+            raise CheckpointError(f"{path}: tensor {name} ends at byte {base + end} but the file has only "
+                                  f"{size} bytes (truncated file?)")
+        out[name] = TensorInfo(name, path, dtype, shape, base + begin, base + end)
+    return out
+
+
+def checkpoint_files(model_dir: str | Path) -> list[Path]:
+    """The weight files of a checkpoint: the shards named by the index file, else model.safetensors."""
+    model_dir = Path(model_dir)
+    index = model_dir / INDEX_NAME
+    if index.exists():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            names = sorted(set(weight_map.values()))
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as e:
+            raise CheckpointError(f"{index}: not a valid safetensors index ({type(e).__name__}: {e})") from None
+        return [model_dir / n for n in names]
+    if (model_dir / SINGLE_NAME).exists():
+        return [model_dir / SINGLE_NAME]
+    raise CheckpointError(f"{model_dir}: no {INDEX_NAME} and no {SINGLE_NAME}")
+
+
+def read_checkpoint_headers(model_dir: str | Path, keep: Callable[[str], bool] = lambda n: True
+                            ) -> dict[str, TensorInfo]:
+    """All tensors (those `keep` accepts) of a possibly sharded checkpoint, headers checked, nothing mapped.
+    With an index, every tensor it lists must be in the shard it names."""
+    model_dir = Path(model_dir)
+    files = checkpoint_files(model_dir)
+    out: dict[str, TensorInfo] = {}
+    for path in files:
+        for name, info in read_header(path).items():
+            if not keep(name):
+                continue
+            if name in out:
+                raise CheckpointError(f"tensor {name} appears in both {out[name].file.name} and {path.name}")
+            out[name] = info
+    index = model_dir / INDEX_NAME
+    if index.exists():
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        for name, shard in weight_map.items():
+            if keep(name) and (name not in out or out[name].file.name != shard):
+                raise CheckpointError(f"{index.name} maps tensor {name} to {shard}, but that file does not "
+                                      "hold it")
+    return out
+
+
+class MappedFiles:
+    """Read-only memory maps, one per file, shared by all tensors of that file."""
+
+    def __init__(self) -> None:
+        self._maps: dict[Path, np.memmap] = {}
+
+    def array(self, info: TensorInfo) -> np.ndarray:
+        """A read-only view of the tensor (BF16 as uint16 bits), no copy."""
+        mm = self._maps.get(info.file)
+        if mm is None:
+            mm = self._maps[info.file] = np.memmap(info.file, dtype=np.uint8, mode="r")
+        return mm[info.begin:info.end].view(NUMPY_DTYPES[info.dtype]).reshape(info.shape)
+
+
+# ---- writing ---------------------------------------------------------------------------------------------
+
+# A tensor to write: (dtype, shape, data) where data is an array of the stored type (uint16 bits for BF16) or
+# a zero-argument callable yielding such arrays in order (to write big tensors without holding them whole).
+TensorData = tuple[str, tuple[int, ...], "np.ndarray | Callable[[], Iterable[np.ndarray]]"]
+
+
+def _chunks(data) -> Iterator[np.ndarray]:
+    yield from ([data] if isinstance(data, np.ndarray) else data())
+
+
+def write_safetensors(path: str | Path, tensors: dict[str, TensorData],
+                      metadata: dict[str, str] | None = None) -> int:
+    """Write one safetensors file (to a temporary name, renamed at the end); returns the data byte count.
+    Tensors are stored in the given order; the header is padded with spaces to a multiple of 8 bytes so
+    every tensor starts 8-byte aligned when the sizes allow it."""
+    path = Path(path)
+    header: dict = {"__metadata__": dict(metadata)} if metadata else {}
+    offset = 0
+    for name, (dtype, shape, _) in tensors.items():
+        nbytes = int(np.prod(shape, dtype=np.int64)) * NUMPY_DTYPES[dtype].itemsize
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    blob = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    blob += b" " * (-len(blob) % 8)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(blob)))
+        f.write(blob)
+        for name, (dtype, shape, data) in tensors.items():
+            want = NUMPY_DTYPES[dtype]
+            written = 0
+            for chunk in _chunks(data):
+                if chunk.dtype != want:
+                    raise ValueError(f"tensor {name}: data dtype {chunk.dtype} does not store {dtype}")
+                f.write(np.ascontiguousarray(chunk).tobytes())
+                written += chunk.nbytes
+            expected = header[name]["data_offsets"][1] - header[name]["data_offsets"][0]
+            if written != expected:
+                raise ValueError(f"tensor {name}: wrote {written} bytes, shape {list(shape)} needs {expected}")
+    os.replace(tmp, path)
+    return offset
+
+
+def write_checkpoint_weights(model_dir: str | Path, tensors: dict[str, TensorData], shards: int = 1) -> None:
+    """Write tensors as `shards` files named like the published checkpoint
+    (`model.safetensors-0000i-of-0000N.safetensors`) plus `model.safetensors.index.json`. Tensors are split
+    into shards in order, balancing bytes."""
+    model_dir = Path(model_dir)
+    sizes = {n: int(np.prod(s, dtype=np.int64)) * NUMPY_DTYPES[d].itemsize for n, (d, s, _) in tensors.items()}
+    total = sum(sizes.values())
+    groups: list[dict[str, TensorData]] = [{} for _ in range(shards)]
+    acc = 0
+    for name, t in tensors.items():
+        groups[min(shards - 1, acc * shards // max(total, 1))][name] = t
+        acc += sizes[name]
+    weight_map = {}
+    for i, group in enumerate(groups):
+        fname = f"{SINGLE_NAME}-{i + 1:05d}-of-{shards:05d}.safetensors"
+        write_safetensors(model_dir / fname, group)
+        weight_map.update({n: fname for n in group})
+    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+    (model_dir / INDEX_NAME).write_text(json.dumps(index, indent=2), encoding="utf-8")

@@ -1,0 +1,56 @@
+"""The checkpoint's tokenizer (`tokenizer.json`, via the `tokenizers` library) and its special tokens."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import CheckpointError
+
+CHAT_STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
+
+
+@dataclass
+class Tokenizer:
+    """`tokenizers.Tokenizer` plus what generation needs: stop ids, and how many ids it can decode."""
+    inner: object  # tokenizers.Tokenizer
+    stop_ids: tuple[int, ...]
+
+    @property
+    def vocab_size(self) -> int:
+        """Ids below this are tokens (learned and added); model rows above it are padding."""
+        return self.inner.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`; special tokens written in the text (`<|im_start|>`) become their ids."""
+        return self.inner.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return self.inner.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def token_id(self, token: str) -> int | None:
+        return self.inner.token_to_id(token)
+
+
+def load_tokenizer(model_dir: str | Path) -> Tokenizer | None:
+    """The tokenizer of a checkpoint directory, or None when it has no tokenizer.json. Stop ids: the chat
+    end tokens, plus generation_config.json's eos_token_id when present."""
+    from tokenizers import Tokenizer as HFTokenizer
+
+    model_dir = Path(model_dir)
+    path = model_dir / "tokenizer.json"
+    if not path.exists():
+        return None
+    try:
+        inner = HFTokenizer.from_file(str(path))
+    except Exception as e:  # the library raises a bare Exception on malformed files
+        raise CheckpointError(f"{path}: cannot be read by `tokenizers` ({e})") from None
+    stops = [i for i in (inner.token_to_id(t) for t in CHAT_STOP_TOKENS) if i is not None]
+    gen = model_dir / "generation_config.json"
+    if gen.exists():
+        try:
+            eos = json.loads(gen.read_text(encoding="utf-8")).get("eos_token_id")
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as e:
+            raise CheckpointError(f"{gen}: not valid JSON ({e})") from None
+        stops += eos if isinstance(eos, list) else ([eos] if isinstance(eos, int) else [])
+    return Tokenizer(inner, tuple(dict.fromkeys(stops)))

@@ -1,0 +1,169 @@
+"""The text model's tensors: what a checkpoint must hold for a config, checked before anything is mapped.
+
+Big matrices stay memory-mapped as bf16 bits (uint16, never copied; mostly-zero ones, like compiled circuit
+layers, are turned into CSR); small vectors (norm weights, gates' parameters, conv taps) are widened to
+float32 once at load.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import kernels
+from .bf16 import bf16_to_f32
+from .config import TextConfig
+from .errors import CheckpointError
+from .safetensors_io import MappedFiles, TensorInfo, read_checkpoint_headers
+
+SKIPPED_PREFIXES = ("model.visual.", "mtp.")  # vision tower and multi-token-prediction head: not text
+MATRIX = "matrix"  # stored BF16, kept mapped, multiplied by the bf16 kernels
+VECTOR = "vector"  # BF16 or F32 as stored (Qwen3.5 keeps A_log and the DeltaNet norm in F32), widened to f32
+
+# Sampling this many rows tells a dense matrix from a mostly-zero one without reading it whole; only a
+# matrix whose sample is at most SPARSE_PROBE_DENSITY nonzero is scanned whole by kernels.maybe_sparse.
+SPARSE_PROBE_ROWS = 16
+SPARSE_PROBE_DENSITY = 0.1
+
+
+@dataclass(frozen=True)
+class Expected:
+    shape: tuple[int, ...]
+    kind: str  # MATRIX or VECTOR
+
+
+def expected_tensors(cfg: TextConfig) -> dict[str, Expected]:
+    """Full tensor name -> expected shape and kind, for every text tensor the config implies."""
+    H, I, p = cfg.hidden_size, cfg.intermediate_size, cfg.tensor_prefix
+    nv, K = cfg.linear_num_value_heads, cfg.linear_conv_kernel_dim
+    nq, nkv, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    q_rows = nq * hd * (2 if cfg.attn_output_gate else 1)  # query and gate interleaved per head
+    per_type = {
+        "linear_attention": {
+            "linear_attn.in_proj_qkv.weight": Expected((cfg.conv_dim, H), MATRIX),
+            "linear_attn.in_proj_z.weight": Expected((cfg.value_dim, H), MATRIX),
+            "linear_attn.in_proj_b.weight": Expected((nv, H), MATRIX),
+            "linear_attn.in_proj_a.weight": Expected((nv, H), MATRIX),
+            "linear_attn.conv1d.weight": Expected((cfg.conv_dim, 1, K), VECTOR),
+            "linear_attn.dt_bias": Expected((nv,), VECTOR),
+            "linear_attn.A_log": Expected((nv,), VECTOR),
+            "linear_attn.norm.weight": Expected((cfg.linear_value_head_dim,), VECTOR),
+            "linear_attn.out_proj.weight": Expected((H, cfg.value_dim), MATRIX),
+        },
+        "full_attention": {
+            "self_attn.q_proj.weight": Expected((q_rows, H), MATRIX),
+            "self_attn.k_proj.weight": Expected((nkv * hd, H), MATRIX),
+            "self_attn.v_proj.weight": Expected((nkv * hd, H), MATRIX),
+            "self_attn.o_proj.weight": Expected((H, nq * hd), MATRIX),
+            "self_attn.q_norm.weight": Expected((hd,), VECTOR),
+            "self_attn.k_norm.weight": Expected((hd,), VECTOR),
+        },
+    }
+    common = {
+        "input_layernorm.weight": Expected((H,), VECTOR),
+        "post_attention_layernorm.weight": Expected((H,), VECTOR),
+        "mlp.gate_proj.weight": Expected((I, H), MATRIX),
+        "mlp.up_proj.weight": Expected((I, H), MATRIX),
+        "mlp.down_proj.weight": Expected((H, I), MATRIX),
+    }
+    out = {f"{p}embed_tokens.weight": Expected((cfg.vocab_size, H), MATRIX),
+           f"{p}norm.weight": Expected((H,), VECTOR)}
+    if not cfg.tie_word_embeddings:
+        out["lm_head.weight"] = Expected((cfg.vocab_size, H), MATRIX)
+    for i, kind in enumerate(cfg.layer_types):
+        for suffix, e in {**per_type[kind], **common}.items():
+            out[f"{p}layers.{i}.{suffix}"] = e
+    return out
+
+
+def is_text_tensor(name: str, cfg: TextConfig) -> bool:
+    if name.startswith(SKIPPED_PREFIXES):
+        return False
+    return name.startswith(cfg.tensor_prefix) or name == "lm_head.weight"
+
+
+def check_tensors(found: dict[str, TensorInfo], cfg: TextConfig) -> None:
+    """Every expected tensor present with its shape and an allowed dtype, nothing unexpected; one error
+    listing every problem."""
+    expected = expected_tensors(cfg)
+    problems = []
+    for name, e in expected.items():
+        info = found.get(name)
+        if info is None:
+            problems.append(f"missing tensor {name} (expected shape {list(e.shape)})")
+            continue
+        if info.shape != e.shape:
+            problems.append(f"tensor {name}: expected shape {list(e.shape)}, found {list(info.shape)}")
+        allowed = ("BF16",) if e.kind == MATRIX else ("BF16", "F32")
+        if info.dtype not in allowed:
+            problems.append(f"tensor {name}: expected dtype {' or '.join(allowed)}, found {info.dtype}")
+    for name in sorted(set(found) - set(expected)):
+        problems.append(f"unexpected tensor {name} (the config has {cfg.num_hidden_layers} layers: "
+                        f"{', '.join(sorted(set(cfg.layer_types)))})")
+    if problems:
+        shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
+        raise CheckpointError("checkpoint does not match its config:\n  " + "\n  ".join(shown))
+
+
+def _is_mostly_zero(w: np.ndarray) -> bool:
+    rows = w[np.linspace(0, w.shape[0] - 1, min(SPARSE_PROBE_ROWS, w.shape[0])).astype(np.int64)]
+    return np.count_nonzero(rows & np.uint16(0x7FFF)) <= SPARSE_PROBE_DENSITY * rows.size
+
+
+@dataclass
+class Weights:
+    """embed/lm_head: uint16 [V, H] (the same array when tied); final_norm f32; layers[i]: short name ->
+    array (matrices: uint16 bits or kernels.SparseBF16; vectors: f32)."""
+    embed: np.ndarray
+    lm_head: np.ndarray
+    final_norm: np.ndarray
+    layers: list[dict[str, object]]
+    files: MappedFiles
+
+
+# checkpoint suffix -> short name used by the forward pass
+SHORT_NAMES = {
+    "input_layernorm.weight": "in_norm", "post_attention_layernorm.weight": "post_norm",
+    "mlp.gate_proj.weight": "gate", "mlp.up_proj.weight": "up", "mlp.down_proj.weight": "down",
+    "linear_attn.in_proj_qkv.weight": "qkv", "linear_attn.in_proj_z.weight": "z",
+    "linear_attn.in_proj_b.weight": "b", "linear_attn.in_proj_a.weight": "a",
+    "linear_attn.conv1d.weight": "conv", "linear_attn.dt_bias": "dt_bias", "linear_attn.A_log": "A_log",
+    "linear_attn.norm.weight": "gdn_norm", "linear_attn.out_proj.weight": "out",
+    "self_attn.q_proj.weight": "q", "self_attn.k_proj.weight": "k", "self_attn.v_proj.weight": "v",
+    "self_attn.o_proj.weight": "o", "self_attn.q_norm.weight": "q_norm", "self_attn.k_norm.weight": "k_norm",
+}
+
+
+def _vector(a: np.ndarray) -> np.ndarray:
+    return bf16_to_f32(a) if a.dtype == np.uint16 else np.array(a, dtype=np.float32)
+
+
+def load_weights(model_dir: str | Path, cfg: TextConfig, sparse: bool = True) -> Weights:
+    """Check every header against the config, then map the tensors. `sparse`: store mostly-zero matrices
+    as CSR (exact: zero weights contribute nothing)."""
+    found = read_checkpoint_headers(model_dir, keep=lambda n: is_text_tensor(n, cfg))
+    check_tensors(found, cfg)
+    files = MappedFiles()
+    expected = expected_tensors(cfg)
+
+    def get(name: str) -> object:
+        a = files.array(found[name])
+        if expected[name].kind == VECTOR:
+            return _vector(a)
+        if sparse and _is_mostly_zero(a):
+            return kernels.maybe_sparse(a)
+        return a
+
+    p = cfg.tensor_prefix
+    layers = []
+    for i in range(cfg.num_hidden_layers):
+        prefix = f"{p}layers.{i}."
+        layer = {short: get(prefix + suffix) for suffix, short in SHORT_NAMES.items() if prefix + suffix in found}
+        if "conv" in layer:
+            layer["conv"] = np.ascontiguousarray(layer["conv"][:, 0, :])  # [C, 1, K] -> [C, K]
+        layers.append(layer)
+    embed = files.array(found[f"{p}embed_tokens.weight"])
+    lm_head = embed if cfg.tie_word_embeddings else files.array(found["lm_head.weight"])
+    return Weights(embed=embed, lm_head=lm_head, final_norm=_vector(files.array(found[f"{p}norm.weight"])),
+                   layers=layers, files=files)
