@@ -287,6 +287,62 @@ def test_every_instruction_names_its_source_line(compiled):
             assert ins.text.endswith(";")
 
 
+HOST_PROGRAM = r"""
+#include <iostream>
+#include <vector>
+#include <cstdio>
+#include <cstdlib>
+#include <climits>
+#include <cstdint>
+#include <cuda_runtime.h>
+using namespace std;
+
+__global__ void clampadd(int32_t *a, int n) {
+  int i = threadIdx.x;
+  if (i < n) a[i] = max(a[i], INT_MIN + 3);
+}
+
+__global__ void pick(int *a, int op) {
+  int x = a[threadIdx.x];
+  switch (op) {
+    case 0: x += 1; break;
+    case 1: x *= 3; break;
+    case 2: x ^= 5; break;
+    case 3: x -= 7; break;
+    case 4: x <<= 1; break;
+    default: x = 0;
+  }
+  a[threadIdx.x] = x;
+}
+
+int main() {
+  vector<int> h = {1, 2, 3, 4};
+  int *d;
+  cudaMalloc(&d, h.size() * sizeof(int));
+  cudaMemcpy(d, h.data(), h.size() * sizeof(int), cudaMemcpyHostToDevice);
+  clampadd<<<1, 4>>>(d, 4);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) { fprintf(stderr, "%s\\n", cudaGetErrorString(e)); exit(1); }
+  cudaMemcpy(h.data(), d, 16, cudaMemcpyDeviceToHost);
+  for (int x : h) cout << x << " ";
+  cout << endl;
+  cudaFree(d);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("setting", [p for p in _available() if p.values[0] != "nvcc"])
+def test_host_program_with_std_headers_compiles(setting):
+    """A whole program (main with iostream, vector, cudaMalloc, <<<>>>) compiles device-only."""
+    result = compile_to_ptx(HOST_PROGRAM, setting)
+    module = parse_ptx(result.text)
+    assert sorted(k.demangled for k in module.kernels) == ["clampadd", "pick"]
+    assert Imm(-(2**31) + 3) in list(_operands(select_kernel(module, "clampadd")))
+    pick = select_kernel(module, "pick")
+    assert "brx" not in _opcodes(pick) and not pick.branch_targets  # -fno-jump-tables
+
+
 # ---------------------------------------------------------------------------------------------
 # Compiler discovery and errors
 # ---------------------------------------------------------------------------------------------
@@ -402,6 +458,12 @@ def test_calls(handwritten):
     assert calls[0].operands == (Vec((Sym("retval0"),)), Sym("twice"), Vec((Sym("param0"),)))
     assert calls[0].mods == ("uni",) and calls[0].text == "call.uni (retval0), twice, ( param0 );"
     assert calls[1].operands == (None, Sym("noop"), Vec(()))
+
+
+def test_jump_table(handwritten):
+    k = handwritten.functions["k"]
+    assert k.branch_targets == {"$L_brx_0": ("$L__BB0_2", "$L__BB0_2")}
+    assert _instr_at(k, "brx.idx").operands == (Reg("%r2"), Sym("$L_brx_0"))
 
 
 def test_labels_lines_and_skipped_directives(handwritten):

@@ -154,6 +154,8 @@ def clang_flags(cuda_path: Path) -> list[str]:
         # shfl.sync needs PTX 6.3; without a CUDA SDK clang would not enable it
         "-Xclang", "-target-feature", "-Xclang", "+ptx63",
         "--target=i686-linux-gnu", "-O2", "-S",
+        # switch statements as compare chains, not brx.idx jump tables
+        "-fno-jump-tables",
     ]
 
 

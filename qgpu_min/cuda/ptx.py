@@ -9,8 +9,9 @@ the rest are mods (`mul.wide.s32` -> `mul`, `('wide', 's32')`); type suffixes di
 
 Operands: Reg, SReg, Imm, FloatImm, Sym, Mem, Vec, and Pair for nvcc's two-destination form
 `%r1|%p1` (shfl.sync and setp write a value and a predicate). `call` has operands
-(Vec of return params or None, Sym(function), Vec of argument params). `.loc`, `.file`, `.pragma`
-and comments are skipped. `select_kernel` picks a kernel by plain, mangled or demangled name.
+(Vec of return params or None, Sym(function), Vec of argument params). Jump tables
+(`.branchtargets`, used by `brx.idx`) go to `Function.branch_targets`. `.loc`, `.file`, `.pragma`,
+`.section` and comments are skipped. `select_kernel` picks a kernel by plain, mangled or demangled name.
 """
 
 from __future__ import annotations
@@ -135,6 +136,8 @@ class Function:
     decls: list[VarDecl]
     line: int
     regs: list[RegDecl] = field(default_factory=list)
+    # jump tables: `$L_brx_0: .branchtargets L1, L2;` -> {'$L_brx_0': ('L1', 'L2')}, used by brx.idx
+    branch_targets: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -615,11 +618,27 @@ def _parse_body(cur: _Cursor, fn: Function) -> None:
             cur.skip_directive()
         elif text.startswith("."):
             raise cur.error(tok, f"unknown directive {text!r} in function {fn.name}")
+        elif tok.kind == "name" and cur.peek_text(1) == ":" and cur.peek_text(2) == ".branchtargets":
+            fn.branch_targets[text] = _parse_branch_targets(cur)
         elif tok.kind == "name" and cur.peek_text(1) == ":":
             cur.next(), cur.next()
             fn.body.append(Label(text, tok.line))
         else:
             fn.body.append(_parse_instr(cur))
+
+
+def _parse_branch_targets(cur: _Cursor) -> tuple[str, ...]:
+    """`name: .branchtargets L1, L2, ...;` (clang's jump tables for brx.idx)."""
+    cur.next(), cur.next(), cur.next()
+    labels = []
+    while True:
+        tok = cur.next()
+        if tok.kind != "name":
+            raise cur.error(tok, f"expected a label in .branchtargets, found {tok.text!r}")
+        labels.append(tok.text)
+        if cur.accept(";"):
+            return tuple(labels)
+        cur.expect(",")
 
 
 def _parse_function(cur: _Cursor, is_kernel: bool) -> Function | None:
