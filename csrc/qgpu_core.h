@@ -12,8 +12,8 @@
 int qgpu_core_version(void);
 enum { QGPU_MAX_DV = 4096 };
 
-/* Threads used by the parallel kernels: QGPU_THREADS from the environment, else the online CPUs.
- * qgpu_set_threads(n) overrides it (n <= 0 goes back to that default). */
+/* Threads used by the parallel kernels: QGPU_THREADS from the environment, else the online CPUs (read at
+ * first use). qgpu_set_threads(n) overrides it (n <= 0 goes back to that default). */
 int qgpu_get_threads(void);
 void qgpu_set_threads(int n);
 
@@ -48,8 +48,9 @@ void qgpu_deltanet_step(float *s, size_t h, size_t dk, size_t dv, const float *q
                         const float *v, const float *g, const float *beta, float *o);
 /* CDEF END */
 
-/* Internal: run fn(ctx, begin, end) over [0, n) split into contiguous ranges, one per thread; ranges
- * start at multiples of grain; fewer threads when n / grain is small or work < min_work (caller's units). */
+/* Internal: run fn(ctx, begin, end) over contiguous ranges covering [0, n), on up to qgpu_get_threads()
+ * threads; ranges start at multiples of grain; one thread when `work` (about one multiply-add per unit)
+ * is too small to pay for another. */
 typedef void (*qgpu_range_fn)(void *ctx, size_t begin, size_t end);
 void qgpu_parallel_for(size_t n, size_t grain, size_t work, qgpu_range_fn fn, void *ctx);
 
