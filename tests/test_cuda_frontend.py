@@ -343,6 +343,37 @@ def test_host_program_with_std_headers_compiles(setting):
     assert "brx" not in _opcodes(pick) and not pick.branch_targets  # -fno-jump-tables
 
 
+PRELUDE_EXTRAS = r"""
+#include <cstdio>
+__global__ void extras(int *a, const int *b, unsigned *u) {
+  int v = __ldg(&b[threadIdx.x]);
+  unsigned bal = __ballot_sync(0xffffffff, v > 0);
+  if (__any_sync(0xffffffff, v < 0)) v = -v;
+  if (__all_sync(__activemask(), v > 5)) v += 1;
+  __threadfence();
+  __syncwarp();
+  printf("v = %d\\n", v);
+  int2 p = make_int2(v, 2 * v);
+  a[threadIdx.x] = v + bal + p.y + __mulhi(v, 7) + abs(v) + max(v, 3) + min(u[0], 9u);
+  u[threadIdx.x] = __umulhi(u[1], u[2]) + __popc(u[3]) + __clz(v) + __brev(u[4]) + __ffs(v) + atomicInc(u, 7u);
+}
+"""
+
+
+@pytest.mark.parametrize("setting", [p for p in _available() if p.values[0] != "nvcc"])
+def test_prelude_extras(setting):
+    """Everything the prelude declares compiles on each clang and reaches PTX as the expected ops."""
+    module = parse_ptx(compile_to_ptx(PRELUDE_EXTRAS, setting).text)
+    fn = select_kernel(module, "extras")
+    ops = {(i.opcode, i.mods[0] if i.mods else "") for i in _instrs(fn)}
+    for op in [("vote", "sync"), ("activemask", "b32"), ("membar", "gl"), ("bar", "warp"), ("popc", "b32"),
+               ("clz", "b32"), ("brev", "b32"), ("mul", "hi"), ("abs", "s32"), ("max", "s32"), ("min", "u32")]:
+        assert op in ops, op
+    assert any(i.opcode == "atom" and "inc" in i.mods for i in _instrs(fn))
+    calls = [i for i in _instrs(fn) if i.opcode == "call"]
+    assert [c.operands[1] for c in calls] == [Sym("vprintf")]  # device printf, left to the lowering
+
+
 # ---------------------------------------------------------------------------------------------
 # Compiler discovery and errors
 # ---------------------------------------------------------------------------------------------
@@ -430,7 +461,8 @@ def test_functions_params_and_regs(handwritten):
     k = select_kernel(handwritten, None)
     assert k.name == "k" and k.demangled == "k"
     assert [(p.name, p.type, p.bytes) for p in k.params] == [("k_param_0", "u32", 4), ("k_param_1", "b8", 12)]
-    assert [(r.prefix, r.type, r.count) for r in k.regs] == [("%p", "pred", 3), ("%r", "b32", 20), ("%SP", "b32", None)]
+    assert [(r.prefix, r.type, r.count) for r in k.regs] == [("%p", "pred", 3), ("%r", "b32", 20), ("%SP", "b32", None),
+                                                            ("%fd", "f64", 2)]
     assert [(d.space, d.name) for d in k.decls] == [("local", "__local_depot0"), ("param", "param0"), ("param", "retval0")]
     twice = handwritten.functions["twice"]
     assert not twice.is_kernel and [p.name for p in twice.returns] == ["func_retval0"]
@@ -448,6 +480,8 @@ def test_operand_forms(handwritten):
     assert v2.operands == (Vec((Reg("%r4"), Reg("%r5"))), Mem(Reg("%r1"), -8))
     assert _instr_at(k, "ld.global.v4").operands == (Vec((Reg("%r6"), Sym("_"), Reg("%r7"), Sym("_"))), Mem(Sym("table"), 4))
     assert _instr_at(k, "mov.b32 %r8").operands[1] == FloatImm(0x3F800000, 32)
+    assert _instr_at(k, "mov.f64 %fd1").operands[1] == FloatImm(0x3FF8000000000000, 64)
+    assert _instr_at(k, "setp.lt.s32 %p1|").operands[0] == Pair(Reg("%p1"), Reg("%p2"))
     assert _instr_at(k, "add.s32 %r9").operands[2] == Imm(-15)  # octal 017
     assert _instr_at(k, "shfl").operands[0] == Pair(Reg("%r10"), Reg("%p2"))
 

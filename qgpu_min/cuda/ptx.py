@@ -17,6 +17,7 @@ Operands: Reg, SReg, Imm, FloatImm, Sym, Mem, Vec, and Pair for nvcc's two-desti
 from __future__ import annotations
 
 import re
+import struct
 from dataclasses import dataclass, field
 
 from qgpu_min.errors import QgpuError
@@ -77,7 +78,7 @@ class Pair:
     """nvcc's `%r1|%p1`: an instruction's value destination and its predicate destination."""
 
     first: Reg
-    second: Reg
+    second: Reg | Sym  # Sym('_') when the predicate is discarded
 
 
 @dataclass(frozen=True)
@@ -299,6 +300,7 @@ class _Cursor:
 
 _INT_RE = re.compile(r"(0[xX][0-9a-fA-F]+|0[bB][01]+|0[0-7]*|[1-9][0-9]*)[uU]?")
 _FLOAT_RE = re.compile(r"0([fF][0-9a-fA-F]{8}|[dD][0-9a-fA-F]{16})")
+_DECIMAL_FLOAT_RE = re.compile(r"[0-9]+\.[0-9]*([eE][0-9]+)?")
 _SREG_RE = re.compile(
     r"%(tid|ntid|ctaid|nctaid|clusterid|nclusterid|cluster_ctaid|cluster_nctaid)(\.[xyz])?"
     r"|%(laneid|warpid|nwarpid|smid|nsmid|gridid|clock|clock64|clock_hi|globaltimer\w*"
@@ -330,6 +332,9 @@ def _parse_number(cur: _Cursor, tok: _Tok, negative: bool) -> Imm | FloatImm:
         if negative:
             bits ^= 1 << (width - 1)
         return FloatImm(bits, width)
+    if _DECIMAL_FLOAT_RE.fullmatch(tok.text):  # PTX reads decimal float literals as f64
+        value = -float(tok.text) if negative else float(tok.text)
+        return FloatImm(struct.unpack("<Q", struct.pack("<d", value))[0], 64)
     return Imm(_parse_int(cur, tok, negative))
 
 
@@ -387,7 +392,7 @@ def _parse_operand(cur: _Cursor):
         op = _name_operand(tok.text)
         if cur.accept("|"):
             second = _name_operand(cur.next().text)
-            if not (isinstance(op, Reg) and isinstance(second, Reg)):
+            if not (isinstance(op, Reg) and (isinstance(second, Reg) or second == Sym("_"))):
                 raise cur.error(tok, "malformed register pair")
             return Pair(op, second)
         if cur.peek_text() in ("+", "-") and isinstance(op, Sym):

@@ -4,10 +4,11 @@
  * granted is declared here on top of clang's NVPTX builtins:
  *   - the qualifiers __global__, __device__, __host__, __shared__, __constant__, __forceinline__;
  *   - threadIdx, blockIdx, blockDim, gridDim (read through __nvvm_read_ptx_sreg_*), warpSize = 4;
- *   - __syncthreads, __syncwarp;
+ *   - __syncthreads, __syncwarp, __threadfence*, the votes __all/__any/__ballot_sync, __activemask, __ldg;
  *   - atomicAdd/Sub/Min/Max/Exch/CAS/And/Or/Xor/Inc/Dec for int and unsigned int;
  *   - __shfl_sync, __shfl_up_sync, __shfl_down_sync, __shfl_xor_sync (int and unsigned);
- *   - min, max, abs, __popc, __clz, __brev, __ffs, __mulhi, __umulhi.
+ *   - min, max, abs, __popc, __clz, __brev, __ffs (and their ...ll forms), __mulhi, __umulhi;
+ *   - int2..int4, uint2..uint4 (and short/char forms) with make_* constructors, dim3.
  * Our machine's warp has 4 lanes, so warpSize is 4 and a shuffle's default width is 4.
  * nvcc does not use this file: it brings its own headers.
  */
@@ -83,12 +84,30 @@ QGPU_BUILTIN_VAR(__qgpu_blockDim_t, blockDim, ntid);
 QGPU_BUILTIN_VAR(__qgpu_gridDim_t, gridDim, nctaid);
 #undef QGPU_BUILTIN_VAR
 
-/* Our machine's warp: 4 lanes. A constant, so shuffle widths fold at compile time. */
-#define warpSize 4
+/* Our machine's warp: 4 lanes. A constant, so shuffle widths fold at compile time; a variable rather
+ * than a macro so that host code may still name a struct member warpSize (cudaDeviceProp). */
+static constexpr int warpSize = 4;
 
 /* ---- barriers ---- */
 /* __syncthreads() is a clang builtin in CUDA mode (bar.sync 0). */
 QGPU_DEV void __syncwarp(unsigned int mask = 0xffffffffu) { __nvvm_bar_warp_sync(mask); }
+QGPU_DEV void __threadfence_block(void) { __nvvm_membar_cta(); }
+QGPU_DEV void __threadfence(void) { __nvvm_membar_gl(); }
+QGPU_DEV void __threadfence_system(void) { __nvvm_membar_sys(); }
+
+/* ---- warp votes (vote.sync) ---- */
+QGPU_DEV int __all_sync(unsigned int mask, int pred) { return __nvvm_vote_all_sync(mask, pred); }
+QGPU_DEV int __any_sync(unsigned int mask, int pred) { return __nvvm_vote_any_sync(mask, pred); }
+QGPU_DEV unsigned int __ballot_sync(unsigned int mask, int pred) { return __nvvm_vote_ballot_sync(mask, pred); }
+/* clang 14 has no __nvvm_activemask builtin */
+QGPU_DEV unsigned int __activemask(void) {
+  unsigned int m;
+  asm volatile("activemask.b32 %0;" : "=r"(m));
+  return m;
+}
+
+/* ---- read-only loads: plain loads on our machine ---- */
+template <class T> QGPU_DEV T __ldg(const T *p) { return *p; }
 
 /* ---- atomics: return the old value, as CUDA's do ---- */
 QGPU_DEV int atomicAdd(int *p, int v) { return __nvvm_atom_add_gen_i(p, v); }
@@ -183,6 +202,10 @@ QGPU_DEV int __popc(unsigned int x) { return __builtin_popcount(x); }
 QGPU_DEV int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned int)x); }
 QGPU_DEV unsigned int __brev(unsigned int x) { return __builtin_bitreverse32(x); }
 QGPU_DEV int __ffs(int x) { return __builtin_ffs(x); }
+QGPU_DEV int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+QGPU_DEV int __clzll(long long x) { return x == 0 ? 64 : __builtin_clzll((unsigned long long)x); }
+QGPU_DEV unsigned long long __brevll(unsigned long long x) { return __builtin_bitreverse64(x); }
+QGPU_DEV int __ffsll(long long x) { return __builtin_ffsll(x); }
 QGPU_DEV int __mulhi(int a, int b) { return __nvvm_mulhi_i(a, b); }
 QGPU_DEV unsigned int __umulhi(unsigned int a, unsigned int b) { return __nvvm_mulhi_ui(a, b); }
 

@@ -8,7 +8,8 @@ typedef struct _qgpu_FILE FILE;
 extern "C" {
 #endif
 extern FILE *stdin, *stdout, *stderr;
-int printf(const char *fmt, ...);
+/* printf is also callable from kernels, as in CUDA: clang emits a call to vprintf there. */
+__attribute__((host)) __attribute__((device)) int printf(const char *fmt, ...);
 int fprintf(FILE *f, const char *fmt, ...);
 int sprintf(char *s, const char *fmt, ...);
 int snprintf(char *s, size_t n, const char *fmt, ...);
