@@ -1,0 +1,115 @@
+"""`qgpu-min run` and `qgpu-min compile`: a CUDA file in, array contents or the machine program out.
+
+Errors the user can cause (QgpuError: invalid CUDA, unsupported PTX, a program or launch over the
+machine's limits, a memory fault, the step limit) print `error: <message>` and exit 1, no traceback.
+Malformed options exit 2 through click's usage errors.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+
+import click
+
+from ..errors import QgpuError
+from ..machine.isa import DEFAULT_STEP_LIMIT, MAX_THREADS_PER_CTA
+from .args import bind_args, default_block, parse_dim, parse_value
+
+BACKENDS = ("interp", "model", "circuit")
+# The circuit backend (DESIGN §1's default) does not exist yet; until it does, runs use the interpreter.
+DEFAULT_BACKEND = "interp"
+
+SOURCE = click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+KERNEL = click.option("--kernel", metavar="NAME",
+                      help="Kernel to use (plain or mangled name); needed only when the file has several.")
+COMPILER = click.option("--compiler", metavar="C",
+                        help="'clang', 'zig', 'nvcc' or a compiler's path (default: $QGPU_CUDA_COMPILER, then "
+                             "clang++/clang on PATH, the ziglang wheel, nvcc).")
+
+
+def _user_errors(command: Callable) -> Callable:
+    """Report QgpuError as `error: <message>` with exit code 1 instead of a traceback."""
+    @wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except QgpuError as e:
+            click.echo(f"error: {e}", err=True)
+            sys.exit(1)
+    return wrapper
+
+
+def _dim(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, int] | None:
+    return None if value is None else parse_dim(value, f"--{param.name}")
+
+
+def _ints(values) -> list[int]:
+    return [int(v) for v in values]
+
+
+@click.command()
+@SOURCE
+@click.option("--arg", "arg_texts", multiple=True, metavar="VALUE",
+              help="One kernel argument, in parameter order: [1,2,3] or zeros(N) for a pointer, an integer "
+                   "(5, -7, 0xFF) for a scalar. Repeat for each parameter.")
+@KERNEL
+@click.option("--grid", callback=_dim, metavar="N|X,Y", default="1", show_default=True, help="CTAs in the grid.")
+@click.option("--block", callback=_dim, metavar="N|X,Y",
+              help=f"Threads per CTA (at most {MAX_THREADS_PER_CTA}). Default: one thread per element of the "
+                   f"largest array argument, at most {MAX_THREADS_PER_CTA}.")
+@click.option("--backend", type=click.Choice(BACKENDS), default=DEFAULT_BACKEND, show_default=True,
+              help="interp: the reference interpreter. model / circuit: the GPU in the model's weights "
+                   "(not built yet, so interp is the default for now).")
+@COMPILER
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of `name = [..]` lines.")
+@click.option("--step-limit", type=click.IntRange(min=1), metavar="N",
+              help=f"Stop with an error after N warp steps (default {DEFAULT_STEP_LIMIT}).")
+@_user_errors
+def run(source: Path, arg_texts: tuple[str, ...], kernel: str | None, grid: tuple[int, int],
+        block: tuple[int, int] | None, backend: str, compiler: str | None, as_json: bool,
+        step_limit: int | None) -> None:
+    """Compile a CUDA kernel (.cu or .ptx) and launch it on the machine.
+
+    \b
+    Example:
+      qgpu-min run examples/dot.cu --arg '[1,2,3]' --arg '[4,5,6]' --arg 'zeros(1)' --arg 3
+    prints every array parameter after the launch, e.g. `out = [32]`.
+    """
+    from .launch import compile_kernel, launch
+
+    # syntax first, so a typo is reported before the (slow) compiler runs
+    values = [parse_value(text, f"--arg #{k}") for k, text in enumerate(arg_texts, start=1)]
+    compiled = compile_kernel(source, kernel=kernel, compiler=compiler)
+    args = bind_args(values, compiled.params, compiled.name)
+    block = block or default_block(values, MAX_THREADS_PER_CTA)
+    result = launch(compiled, args, grid=grid, block=block, backend=backend, step_limit=step_limit)
+    arrays = {name: _ints(v) for name, v in result.arrays.items()}
+    if as_json:
+        click.echo(json.dumps({
+            "kernel": result.kernel if isinstance(result.kernel, str) else compiled.name,
+            "grid": list(result.grid), "block": list(result.block),
+            "arrays": arrays,
+            "tokens": {"prompt": int(result.tokens["prompt"]), "generated": int(result.tokens["generated"])},
+            "backend": result.backend,
+            "compiler": compiled.compiler,
+        }))
+    else:
+        for name, v in arrays.items():
+            click.echo(f"{name} = [{', '.join(map(str, v))}]")
+
+
+@click.command("compile")
+@SOURCE
+@KERNEL
+@COMPILER
+@click.option("--ptx", "show_ptx", is_flag=True, help="Print the compiler's PTX instead of the machine program.")
+@_user_errors
+def compile_cmd(source: Path, kernel: str | None, compiler: str | None, show_ptx: bool) -> None:
+    """Compile a CUDA kernel and print the machine program: blocks, instructions, registers, memory map."""
+    from .launch import compile_kernel, format_program
+
+    compiled = compile_kernel(source, kernel=kernel, compiler=compiler)
+    click.echo(compiled.ptx if show_ptx else format_program(compiled))
