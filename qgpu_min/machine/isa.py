@@ -326,3 +326,43 @@ def format_program(program: Program) -> str:
     regs_used = bin(used).count("1")
     lines.insert(0, f"; {len(program.blocks)} blocks (ROM holds {ROM_BLOCKS}), {regs_used} registers used")
     return "\n".join(lines)
+
+
+def _reads(ins: Instr) -> set[int]:
+    regs = {ins.ra, ins.rc} if ins.bimm else {ins.ra, ins.rb, ins.rc}
+    return regs - {ZERO}
+
+
+def _writes(ins: Instr) -> set[int]:
+    return set() if ins.op in STORE_OPS or ins.op == "NOP" or ins.rd == ZERO else {ins.rd}
+
+
+def annotate_liveness(program: Program) -> None:
+    """Set each block's live_in / live_out register masks from the program's control flow."""
+    blocks = program.blocks
+    use, defs, succ = [], [], []
+    for i, b in enumerate(blocks):
+        u, d = set(), set()
+        for ins in b.instrs():
+            u |= _reads(ins) - d
+            d |= _writes(ins)
+        t = b.term
+        if t.kind == "BR" and t.ra != ZERO and t.ra not in d:
+            u.add(t.ra)
+        use.append(u)
+        defs.append(d)
+        succ.append([t.taken] if t.kind == "JMP" else [t.taken, t.not_taken] if t.kind == "BR"
+                    else [i + 1] if t.kind == "BAR" else [])
+    live_in = [set() for _ in blocks]
+    live_out = [set() for _ in blocks]
+    changed = True
+    while changed:
+        changed = False
+        for i in reversed(range(len(blocks))):
+            out = set().union(*(live_in[s] for s in succ[i])) if succ[i] else set()
+            inn = use[i] | (out - defs[i])
+            if out != live_out[i] or inn != live_in[i]:
+                live_out[i], live_in[i], changed = out, inn, True
+    for i, b in enumerate(blocks):
+        b.live_in = sum(1 << r for r in live_in[i])
+        b.live_out = sum(1 << r for r in live_out[i])

@@ -1,0 +1,133 @@
+"""PTX kernel -> machine Program: memory layout, op expansion, CFG layout, register allocation, packing.
+
+Pipeline: lower_ops (PTX -> virtual code, calls inlined) -> lower_cfg (basic blocks, jump threading,
+reconvergence layout) -> lower_regalloc (15 registers) -> pack each basic block into machine blocks
+(isa.N_PRE ALU, one memory op, isa.N_POST ALU, terminator), then live-in/out masks.
+
+Kernel parameters are not in memory: each `ld.param` becomes `ADD rd, rz, imm` whose imm the launch
+sets to the argument (an array's base address or a scalar), recorded in Program.param_slots.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..machine.isa import (MAX_THREADS_PER_CTA, MEM_WORDS, N_POST, N_PRE, ZERO, Block, CapacityError, Instr, Program,
+                           Term, annotate_liveness, check_program)
+from .lower_cfg import build_blocks, layout, thread_jumps
+from .lower_ir import RZ, LoweringError, V
+from .lower_ops import Lowerer, MemoryLayout
+from .lower_regalloc import allocate
+from .ptx import Function, PtxModule
+
+
+@dataclass
+class Lowered:
+    program: Program
+    layout: MemoryLayout
+
+
+def _align(x: int, a: int) -> int:
+    return (x + a - 1) // a * a
+
+
+def memory_layout(module: PtxModule, kernel: Function) -> MemoryLayout:
+    lay = MemoryLayout({}, {})
+    addr = 0
+    decls = [d for d in module.globals if d.space in ("global", "const")] + \
+            [d for d in module.globals + kernel.decls if d.space == "shared"]
+    for d in decls:
+        if d.count == 0:
+            raise LoweringError(f"{d.name} (PTX line {d.line}): dynamic (extern) shared memory is not supported")
+        addr = _align(addr, max(d.align, 4))
+        size = d.elem_bytes * d.count
+        lay.symbols[d.name] = addr
+        lay.entries.append((d.space, d.name, addr, size))
+        for i, v in enumerate(d.init or []):
+            for k in range(d.elem_bytes):
+                lay.init[addr + i * d.elem_bytes + k] = (v >> (8 * k)) & 0xFF
+        addr += size
+    frame = 0
+    for d in kernel.decls:
+        if d.space == "local":
+            frame = _align(frame, max(d.align, 4))
+            lay.local_depot[d.name] = frame
+            frame += d.elem_bytes * d.count
+    addr = _align(addr, 4)
+    lay.local_base, lay.local_bytes = addr, _align(frame, 4)
+    if frame:
+        lay.entries.append(("local", f"{MAX_THREADS_PER_CTA} thread frames of {lay.local_bytes} bytes", addr,
+                            lay.local_bytes * MAX_THREADS_PER_CTA))
+    lay.static_bytes = addr + lay.local_bytes * MAX_THREADS_PER_CTA
+    if lay.static_bytes > MEM_WORDS * 4:
+        words = lay.static_bytes // 4
+        raise CapacityError(f"the kernel's variables need {words} words of memory; the machine has {MEM_WORDS} "
+                            f"(over by {words - MEM_WORDS})")
+    return lay
+
+
+def _phys(v: V, colour: dict[str, int]) -> Instr:
+    r = lambda x: ZERO if x == RZ else colour[x]
+    return Instr(v.op, r(v.d), r(v.a), ZERO if v.bimm else r(v.b), r(v.c), v.imm, v.bimm)
+
+
+def _pack(ops: list[tuple[Instr, V]]) -> list[tuple[list, tuple | None, list]]:
+    """Greedy split into (pre, mem, post) chunks."""
+    chunks: list[list] = [[[], None, []]]
+    for ins, v in ops:
+        cur = chunks[-1]
+        if ins.is_mem:
+            if cur[1] is None and not cur[2]:
+                cur[1] = (ins, v)
+            else:
+                chunks.append([[], (ins, v), []])
+        elif cur[1] is None and not cur[2] and len(cur[0]) < N_PRE:
+            cur[0].append((ins, v))
+        elif len(cur[2]) < N_POST:
+            cur[2].append((ins, v))
+        else:
+            chunks.append([[(ins, v)], None, []])
+    return chunks
+
+
+def lower(module: PtxModule, kernel: Function) -> Lowered:
+    lay = memory_layout(module, kernel)
+    code = Lowerer(module, kernel, lay).lower_kernel()
+    blocks = thread_jumps(build_blocks(code))
+    order = layout(blocks)
+    colour = allocate(blocks, order)
+    machine: list[Block] = []
+    start: dict[str, int] = {}
+    fixups: list[tuple[int, V]] = []
+    params: list[tuple[int, int, int]] = []
+    for pos, name in enumerate(order):
+        bb = blocks[name]
+        start[name] = len(machine)
+        ops = [(_phys(v, colour), v) for v in bb.ops]
+        ops = [(i, v) for i, v in ops if not (v.is_move and i.rd == i.ra)]
+        chunks = _pack(ops)
+        for k, (pre, mem, post) in enumerate(chunks):
+            lines = sorted({v.line for _, v in pre + post + ([mem] if mem else []) if v.line})
+            blk = Block([i for i, _ in pre], mem[0] if mem else None, [i for i, _ in post],
+                        note=("PTX lines " + ",".join(map(str, lines))) if lines else "")
+            idx = len(machine)
+            for slot, (_, v) in list(enumerate(pre)) + [(N_PRE + 1 + j, x) for j, x in enumerate(post)]:
+                if v.param is not None:
+                    params.append((idx, slot, v.param))
+            machine.append(blk)
+            if k + 1 < len(chunks):
+                blk.term = Term("JMP", taken=idx + 1)
+        fixups.append((len(machine) - 1, bb.term))
+        if bb.term.op == "BAR" and (pos + 1 >= len(order) or order[pos + 1] != bb.term.t):
+            machine.append(Block(term=Term("JMP")))          # continuation of the barrier
+            fixups.append((len(machine) - 1, V("JMP", t=bb.term.t)))
+    for idx, t in fixups:
+        if t.op == "JMP":
+            machine[idx].term = Term("JMP", taken=start[t.t])
+        elif t.op == "BR":
+            machine[idx].term = Term("BR", colour[t.a] if t.a != RZ else ZERO, start[t.t], start[t.f])
+        else:
+            machine[idx].term = Term(t.op)
+    program = Program(machine, params)
+    annotate_liveness(program)
+    check_program(program)
+    return Lowered(program, lay)

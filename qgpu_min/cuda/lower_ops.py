@@ -1,0 +1,792 @@
+"""PTX instructions -> virtual machine code (lower_ir.V), expanding what the ISA lacks.
+
+Value representation: every PTX register becomes one 32-bit virtual register. A register narrower
+than 32 bits keeps only its low bits meaningful (inputs are sign/zero-extended where an operation
+depends on the high bits: compares, shifts right, min/max, division). 64-bit registers are NARROWED to
+their low 32 bits: exact for add/sub/mul.lo/mul.wide/and/or/xor/shl/neg/not/cvt (address arithmetic);
+compares of 64-bit values assume they fit in 32 bits; 64-bit shr/div/rem/mul.hi and 64-bit memory data
+are rejected. Predicates are registers holding 0/1.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..machine.isa import ALU_OPS, SPECIAL
+from .lower_ir import RZ, LoweringError, V
+from .ptx import FloatImm, Function, Imm, Instr, Label, Mem, Pair, PtxModule, Reg, SReg, Sym, Vec, type_width
+
+M32 = 0xFFFFFFFF
+FLOAT_TYPES = {"f16", "f16x2", "bf16", "bf16x2", "tf32", "f32", "f64", "e4m3x2", "e5m2x2"}
+INT_TYPES = {f"{k}{w}" for k in "bsu" for w in (8, 16, 32, 64)} | {"pred"}
+CONST_SREGS = {"%tid.z": 0, "%ctaid.z": 0, "%ntid.z": 1, "%nctaid.z": 1, "WARP_SZ": 4}
+CMP_OPS = {  # cmp -> (machine op, swap operands, force unsigned)
+    "eq": ("SEQ", False, False), "ne": ("SNE", False, False),
+    "lt": ("SLT", False, False), "le": ("SLE", False, False),
+    "gt": ("SLT", True, False), "ge": ("SLE", True, False),
+    "lo": ("SLT", False, True), "ls": ("SLE", False, True),
+    "hi": ("SLT", True, True), "hs": ("SLE", True, True),
+}
+SIMPLE = {"add": "ADD", "sub": "SUB", "and": "AND", "or": "OR", "xor": "XOR"}
+COMMUTATIVE = {"ADD", "MUL", "MULHU", "AND", "OR", "XOR", "SEQ", "SNE", "MIN", "MAX", "MINU", "MAXU"}
+ATOM_KIND = {"add": "ADD", "min": "MIN", "max": "MAX", "exch": "EXCH", "and": "AND", "or": "OR", "xor": "XOR",
+             "cas": "CAS", "inc": "INC", "dec": "DEC"}
+LOAD = {(8, "s"): "LDB", (8, "u"): "LDBU", (8, "b"): "LDBU", (16, "s"): "LDH", (16, "u"): "LDHU",
+        (16, "b"): "LDHU"}
+STORE = {8: "STB", 16: "STH", 32: "ST"}
+NOPS = {"membar", "fence", "pmevent", "prefetch", "prefetchu"}
+
+
+@dataclass
+class Scope:
+    """One inlined function body: register/label renaming and parameter aliases."""
+    fn: Function
+    prefix: str
+    alias: dict[str, str] = field(default_factory=dict)    # callee param/retval name -> caller vreg base
+    ret_label: str | None = None
+
+
+@dataclass
+class MemoryLayout:
+    """Compile-time part of the memory map (byte addresses)."""
+    symbols: dict[str, int]           # .global/.const/.shared variable -> address
+    local_depot: dict[str, int]       # .local variable -> offset in the per-thread local frame
+    local_base: int = 0
+    local_bytes: int = 0              # per thread
+    static_bytes: int = 0             # end of the static region
+    init: dict[int, int] = field(default_factory=dict)   # byte address -> initial byte
+    entries: list[tuple[str, str, int, int]] = field(default_factory=list)   # (space, name, address, bytes)
+
+
+def _type(ins: Instr) -> tuple[str, int]:
+    """(kind letter, width) of the instruction's last type modifier."""
+    for m in reversed(ins.mods):
+        if m in INT_TYPES:
+            return ("p" if m == "pred" else m[0]), type_width(m)
+    raise LoweringError(f"no integer type in `{ins.text}` at line {ins.line}")
+
+
+class Lowerer:
+    def __init__(self, module: PtxModule, kernel: Function, layout: MemoryLayout, max_inline_depth: int = 8):
+        self.module = module
+        self.kernel = kernel
+        self.layout = layout
+        self.params = {p.name: i for i, p in enumerate(kernel.params)}
+        self.out: list[V] = []
+        self.n_tmp = 0
+        self.n_calls = 0
+        self.max_depth = max_inline_depth
+        self.line = 0
+        self.ins: Instr | None = None
+        self.scope: Scope | None = None
+        self.shfl_preds: set[str] = set()
+
+    # ---- emission helpers ---------------------------------------------------------------
+    def err(self, why: str) -> LoweringError:
+        ins = self.ins
+        return LoweringError(f"unsupported instruction `{ins.text}` at line {ins.line}: {why}" if ins
+                             else why)
+
+    def tmp(self) -> str:
+        self.n_tmp += 1
+        return f"$t{self.n_tmp}"
+
+    def emit(self, op: str, d: str = RZ, a: str = RZ, b: str | int = RZ, c: str = RZ, **kw) -> str:
+        if isinstance(b, int):
+            v = V(op, d, a, RZ, c, imm=self._imm(b), bimm=True, line=self.line, **kw)
+        else:
+            v = V(op, d, a, b, c, line=self.line, **kw)
+        self.out.append(v)
+        return d
+
+    @staticmethod
+    def _imm(x: int) -> int:
+        x &= M32
+        return x - (1 << 32) if x >> 31 else x
+
+    def alu(self, op: str, d: str, a: str | int, b: str | int) -> str:
+        if isinstance(a, int):
+            if op in COMMUTATIVE and not isinstance(b, int):
+                a, b = b, a
+            else:
+                a = self.reg(a)
+        return self.emit(op, d, a, b)
+
+    def const(self, x: int) -> str:
+        if x & M32 == 0:
+            return RZ
+        return self.emit("ADD", self.tmp(), RZ, x)
+
+    def reg(self, x: str | int) -> str:
+        return self.const(x) if isinstance(x, int) else x
+
+    def mov(self, d: str, x: str | int) -> None:
+        if isinstance(x, int):
+            self.emit("ADD", d, RZ, x)
+        else:
+            self.emit("ADD", d, x, 0)
+
+    def label(self, name: str) -> None:
+        self.out.append(V("LABEL", t=name, line=self.line))
+
+    def jmp(self, target: str) -> None:
+        self.out.append(V("JMP", t=target, line=self.line))
+
+    def br(self, cond: str, t: str, f: str) -> None:
+        self.out.append(V("BR", a=cond, t=t, f=f, line=self.line))
+
+    def new_label(self) -> str:
+        self.n_tmp += 1
+        return f"$q{self.n_tmp}"
+
+    # ---- operands -----------------------------------------------------------------------
+    def name(self, reg: str) -> str:
+        return reg + self.scope.prefix
+
+    def dst(self, o) -> str:
+        if isinstance(o, Reg):
+            return self.name(o.name)
+        if isinstance(o, Sym) and o.name == "_":
+            return RZ
+        raise self.err(f"destination {o} is not a register")
+
+    def src(self, o) -> str | int:
+        """A register name or an integer constant."""
+        if isinstance(o, Reg):
+            return self.name(o.name)
+        if isinstance(o, Imm):
+            return o.value & M32
+        if isinstance(o, SReg):
+            if o.name in CONST_SREGS:
+                return CONST_SREGS[o.name]
+            key = o.name.lstrip("%")
+            if key not in SPECIAL:
+                raise self.err(f"special register {o.name} is not available on this machine")
+            return self.emit("S2R", self.tmp(), b=SPECIAL[key])
+        if isinstance(o, Sym):
+            return self.symbol_address(o.name)
+        if isinstance(o, FloatImm):
+            raise self.err("floating point is not supported")
+        raise self.err(f"operand {o} is not supported here")
+
+    def rsrc(self, o) -> str:
+        return self.reg(self.src(o))
+
+    def symbol_address(self, name: str) -> str | int:
+        lay = self.layout
+        if name in lay.symbols:
+            return lay.symbols[name]
+        if name in lay.local_depot:
+            return self.local_address(lay.local_depot[name])
+        raise self.err(f"unknown symbol {name}")
+
+    def local_address(self, offset: int) -> str:
+        """Per-thread .local frame: local_base + (tid.x + tid.y * ntid.x) * frame + offset."""
+        t = self.emit("S2R", self.tmp(), b=SPECIAL["tid.y"])
+        n = self.emit("S2R", self.tmp(), b=SPECIAL["ntid.x"])
+        self.emit("MUL", t, t, n)
+        x = self.emit("S2R", self.tmp(), b=SPECIAL["tid.x"])
+        self.emit("ADD", t, t, x)
+        self.emit("MUL", t, t, self.layout.local_bytes)
+        return self.emit("ADD", t, t, self.layout.local_base + offset)
+
+    def ext(self, x: str | int, kind: str, w: int) -> str | int:
+        """Sign/zero-extend the low w bits (w < 32); identity for 32/64-bit and predicates."""
+        if w >= 32 or kind == "p":
+            return x
+        if isinstance(x, int):
+            x &= (1 << w) - 1
+            return x - (1 << w) & M32 if kind == "s" and x >> (w - 1) else x
+        if kind == "s":
+            t = self.emit("SHL", self.tmp(), x, 32 - w)
+            return self.emit("SRA", t, t, 32 - w)
+        return self.emit("AND", self.tmp(), x, (1 << w) - 1)
+
+    def address(self, m) -> tuple[str, int]:
+        """(base register, byte offset) of a memory operand."""
+        if not isinstance(m, Mem):
+            raise self.err("expected a memory operand")
+        if m.base is None:
+            return RZ, m.offset
+        if isinstance(m.base, Reg):
+            return self.name(m.base.name), m.offset
+        a = self.symbol_address(m.base.name)
+        if isinstance(a, int):
+            return RZ, a + m.offset
+        return a, m.offset
+
+    # ---- driver -------------------------------------------------------------------------
+    def lower_kernel(self) -> list[V]:
+        self.body(Scope(self.kernel, ""), depth=0)
+        for v in self.out:
+            if set(v.uses()) & self.shfl_preds:
+                raise LoweringError(f"the predicate result of a shuffle is not supported (PTX line {v.line})")
+        return self.out
+
+    def body(self, scope: Scope, depth: int) -> None:
+        outer = self.scope
+        self.scope = scope
+        for item in scope.fn.body:
+            if isinstance(item, Label):
+                self.label(item.name + scope.prefix)
+                continue
+            self.ins, self.line = item, item.line
+            self.instr(item)
+        self.scope = outer
+
+    def instr(self, ins: Instr) -> None:
+        if any(m in FLOAT_TYPES for m in ins.mods) or any(isinstance(o, FloatImm) for o in ins.operands):
+            raise self.err("floating point is not supported")
+        if ins.pred is None or ins.opcode in ("bra", "ret", "exit"):
+            self.dispatch(ins)
+            return
+        p = self.name(ins.pred[0])
+        start = len(self.out)
+        self.dispatch(ins)
+        body = self.out[start:]
+        dests = {d for v in body for d in v.defs()}
+        d = self.dst(ins.operands[0]) if ins.operands and isinstance(ins.operands[0], Reg) else None
+        if d in dests and len(dests - {v.d for v in body if v.d.startswith("$t")}) == 1 \
+                and all(v.op in ALU_OPS for v in body):
+            # guarded ALU op: compute into a temporary, then select
+            t = self.tmp()
+            written = False
+            for v in body:
+                if written:
+                    v.a, v.b, v.c = (t if r == d else r for r in (v.a, v.b, v.c))
+                if v.d == d:
+                    v.d, written = t, True
+            if ins.pred[1]:
+                self.emit("SEL", d, p, d, c=t)
+            else:
+                self.emit("SEL", d, p, t, c=d)
+            return
+        # anything else: branch around it
+        del self.out[start:]
+        do, skip = self.new_label(), self.new_label()
+        self.br(p, skip, do) if ins.pred[1] else self.br(p, do, skip)
+        self.label(do)
+        self.dispatch(ins)
+        self.jmp(skip)
+        self.label(skip)
+
+    def dispatch(self, ins: Instr) -> None:
+        handler = getattr(self, "op_" + ins.opcode, None)
+        if ins.opcode in NOPS:
+            return
+        if handler is None:
+            raise self.err(f"`{ins.opcode}` is not supported by the machine")
+        handler(ins)
+
+    # ---- control ------------------------------------------------------------------------
+    def op_bra(self, ins: Instr) -> None:
+        target = ins.operands[0].name + self.scope.prefix
+        if ins.pred is None:
+            self.jmp(target)
+            return
+        p, cont = self.name(ins.pred[0]), self.new_label()
+        self.br(p, cont, target) if ins.pred[1] else self.br(p, target, cont)
+        self.label(cont)
+
+    def op_brx(self, ins: Instr) -> None:
+        idx = self.rsrc(ins.operands[0])
+        targets = self.scope.fn.branch_targets.get(ins.operands[1].name) if hasattr(self.scope.fn, "branch_targets") else None
+        if not targets:
+            raise self.err("jump table not found")
+        for i, t in enumerate(targets[:-1]):
+            c = self.emit("SEQ", self.tmp(), idx, i)
+            nxt = self.new_label()
+            self.br(c, t + self.scope.prefix, nxt)
+            self.label(nxt)
+        self.jmp(targets[-1] + self.scope.prefix)
+
+    def op_ret(self, ins: Instr) -> None:
+        target = self.scope.ret_label
+        if ins.pred is not None:
+            p, cont, go = self.name(ins.pred[0]), self.new_label(), self.new_label()
+            self.br(p, cont, go) if ins.pred[1] else self.br(p, go, cont)
+            self.label(go)
+        if target is None:
+            self.out.append(V("EXIT", line=self.line))
+        else:
+            self.jmp(target)
+        if ins.pred is not None:
+            self.label(cont)
+
+    def op_exit(self, ins: Instr) -> None:
+        saved = self.scope.ret_label
+        self.scope.ret_label = None
+        self.op_ret(ins)
+        self.scope.ret_label = saved
+
+    def op_bar(self, ins: Instr) -> None:
+        if "warp" in ins.mods:
+            return          # __syncwarp: lanes of a warp already run in lockstep when converged
+        if ins.operands and not (isinstance(ins.operands[0], Imm) and ins.operands[0].value == 0) \
+                or len(ins.operands) > 1:
+            raise self.err("only barrier 0 with all threads (__syncthreads) is supported")
+        if "arrive" in ins.mods or "red" in ins.mods:
+            raise self.err("barrier arrive/reduce forms are not supported")
+        self.out.append(V("BAR", line=self.line))
+
+    op_barrier = op_bar
+
+    def op_call(self, ins: Instr) -> None:
+        ret, fsym, args = ins.operands
+        callee = self.module.functions.get(fsym.name)
+        if callee is None:
+            raise self.err(f"function {fsym.name} has no body in this PTX")
+        depth = self.scope.prefix.count("@")
+        if depth >= self.max_depth:
+            raise self.err(f"calls nested deeper than {self.max_depth} (recursion?) cannot be inlined")
+        if callee.decls and any(d.space == "local" for d in callee.decls):
+            raise self.err(f"{callee.name} uses a .local frame; only the kernel's own frame is supported")
+        self.n_calls += 1
+        scope = Scope(callee, f"@{self.n_calls}{self.scope.prefix}")
+        for p, a in zip(callee.params, args.items):
+            scope.alias[p.name] = a.name + self.scope.prefix
+        if ret is not None:
+            for p, a in zip(callee.returns, ret.items):
+                scope.alias[p.name] = a.name + self.scope.prefix
+        scope.ret_label = self.new_label()
+        self.body(scope, depth + 1)
+        self.ins, self.line = ins, ins.line
+        self.label(scope.ret_label)
+
+    # ---- moves and conversions ----------------------------------------------------------
+    def op_mov(self, ins: Instr) -> None:
+        d, s = ins.operands[:2]
+        kind, w = _type(ins)
+        if isinstance(s, Vec):              # pack {lo, hi}
+            if w == 64:
+                self.mov(self.dst(d), self.src(s.items[0]))
+                return
+            if w == 32 and len(s.items) == 2:
+                lo = self.ext(self.src(s.items[0]), "u", 16)
+                hi = self.alu("SHL", self.tmp(), self.src(s.items[1]), 16)
+                self.alu("OR", self.dst(d), lo, hi)
+                return
+            raise self.err("vector packing of this shape is not supported")
+        if isinstance(d, Vec):              # unpack
+            if w == 32 and len(d.items) == 2:
+                x = self.src(s)
+                self.mov(self.dst(d.items[0]), x)
+                self.alu("SHR", self.dst(d.items[1]), x, 16)
+                return
+            raise self.err("vector unpacking of this shape is not supported (64-bit values are narrowed)")
+        self.mov(self.dst(d), self.src(s))
+
+    def op_cvta(self, ins: Instr) -> None:
+        self.mov(self.dst(ins.operands[0]), self.src(ins.operands[1]))
+
+    def op_cvt(self, ins: Instr) -> None:
+        types = [m for m in ins.mods if m in INT_TYPES]
+        if len(types) != 2 or "sat" in ins.mods:
+            raise self.err("only integer width conversions without saturation are supported")
+        (dk, dw), (sk, sw) = ((t[0], type_width(t)) for t in types)
+        x = self.src(ins.operands[1])
+        if dw > sw:
+            x = self.ext(x, sk, sw)
+        self.mov(self.dst(ins.operands[0]), x)
+
+    # ---- arithmetic ---------------------------------------------------------------------
+    def _binop(self, ins: Instr):
+        kind, w = _type(ins)
+        d, a, b = ins.operands[:3]
+        return kind, w, self.dst(d), self.src(a), self.src(b)
+
+    def _simple(self, ins: Instr, op: str) -> None:
+        if "cc" in ins.mods or "sat" in ins.mods:
+            raise self.err("carry/saturating arithmetic is not supported")
+        kind, w, d, a, b = self._binop(ins)
+        if op == "SUB" and isinstance(a, int):
+            a = self.reg(a)
+        self.alu(op, d, a, b)
+
+    def op_add(self, ins):
+        self._simple(ins, "ADD")
+
+    def op_sub(self, ins):
+        self._simple(ins, "SUB")
+
+    def op_and(self, ins):
+        self._simple(ins, "AND")
+
+    def op_or(self, ins):
+        self._simple(ins, "OR")
+
+    def op_xor(self, ins):
+        self._simple(ins, "XOR")
+
+    def op_not(self, ins: Instr) -> None:
+        kind, w = _type(ins)
+        self.alu("XOR", self.dst(ins.operands[0]), self.src(ins.operands[1]), 1 if kind == "p" else M32)
+
+    def op_cnot(self, ins: Instr) -> None:
+        kind, w = _type(ins)
+        self.alu("SEQ", self.dst(ins.operands[0]), self.ext(self.src(ins.operands[1]), "u", w), 0)
+
+    def op_neg(self, ins: Instr) -> None:
+        self.emit("SUB", self.dst(ins.operands[0]), RZ, self.src(ins.operands[1]))
+
+    def op_abs(self, ins: Instr) -> None:
+        kind, w = _type(ins)
+        if w == 64:
+            raise self.err("64-bit abs is not supported")
+        x = self.reg(self.ext(self.src(ins.operands[1]), "s", w))
+        s = self.emit("SRA", self.tmp(), x, 31)
+        t = self.emit("XOR", self.tmp(), x, s)
+        self.emit("SUB", self.dst(ins.operands[0]), t, s)
+
+    def _minmax(self, ins: Instr, signed_op: str) -> None:
+        kind, w, d, a, b = self._binop(ins)
+        if w == 64:
+            raise self.err("64-bit min/max is not supported")
+        a, b = self.ext(a, kind, w), self.ext(b, kind, w)
+        self.alu(signed_op if kind == "s" else signed_op + "U", d, a, b)
+
+    def op_min(self, ins):
+        self._minmax(ins, "MIN")
+
+    def op_max(self, ins):
+        self._minmax(ins, "MAX")
+
+    def _mulhi(self, kind: str, w: int, d: str, a, b) -> None:
+        if w == 64:
+            raise self.err("64-bit mul.hi needs the upper 32 bits (64-bit values are narrowed)")
+        if w < 32:
+            p = self.alu("MUL", self.tmp(), self.ext(a, kind, w), self.ext(b, kind, w))
+            self.emit("SRA" if kind == "s" else "SHR", d, p, w)
+            return
+        if kind != "s":
+            self.alu("MULHU", d, a, b)
+            return
+        a, b = self.reg(a), self.reg(b)
+        # signed high word = unsigned high word - (a < 0 ? b : 0) - (b < 0 ? a : 0)
+        h = self.emit("MULHU", self.tmp(), a, b)
+        t = self.emit("SRA", self.tmp(), a, 31)
+        self.emit("AND", t, t, b)
+        u = self.emit("SRA", self.tmp(), b, 31)
+        self.emit("AND", u, u, a)
+        self.emit("SUB", h, h, t)
+        self.emit("SUB", d, h, u)
+
+    def _mul(self, ins: Instr, d: str, a, b) -> None:
+        kind, w = _type(ins)
+        if "hi" in ins.mods:
+            self._mulhi(kind, w, d, a, b)
+        elif "wide" in ins.mods and w < 32:
+            self.alu("MUL", d, self.ext(a, kind, w), self.ext(b, kind, w))
+        else:
+            self.alu("MUL", d, a, b)
+
+    def op_mul(self, ins: Instr) -> None:
+        kind, w, d, a, b = self._binop(ins)
+        self._mul(ins, d, a, b)
+
+    def op_mad(self, ins: Instr) -> None:
+        if "cc" in ins.mods or "sat" in ins.mods:
+            raise self.err("carry/saturating arithmetic is not supported")
+        kind, w, d, a, b = self._binop(ins)
+        c = self.src(ins.operands[3])
+        t = self.tmp()
+        self._mul(ins, t, a, b)
+        self.alu("ADD", d, t, c)
+
+    def op_div(self, ins: Instr) -> None:
+        self._divrem(ins, want_rem=False)
+
+    def op_rem(self, ins: Instr) -> None:
+        self._divrem(ins, want_rem=True)
+
+    def _divrem(self, ins: Instr, want_rem: bool) -> None:
+        from .lower_arith import sdiv_const, udiv_const, divmod_loop
+        kind, w, d, a, b = self._binop(ins)
+        if w == 64:
+            raise self.err("64-bit division is not supported (64-bit values are narrowed)")
+        signed = kind == "s"
+        a, b = self.ext(a, kind, w), self.ext(b, kind, w)
+        if isinstance(a, int) and isinstance(b, int) and b:
+            sa = a - (1 << 32) if signed and a >> 31 else a
+            sb = b - (1 << 32) if signed and b >> 31 else b
+            q = abs(sa) // abs(sb) * (1 if (sa < 0) == (sb < 0) else -1)
+            self.mov(d, (sa - q * sb) if want_rem else q)
+            return
+        a = self.reg(a)
+        if isinstance(b, int) and b:
+            q = (sdiv_const if signed else udiv_const)(self, a, b)
+            if want_rem:
+                t = self.emit("MUL", self.tmp(), q, self._imm(b))
+                self.emit("SUB", d, a, t)
+            else:
+                self.mov(d, q)
+            return
+        q, r = divmod_loop(self, a, self.reg(b), signed)
+        self.mov(d, r if want_rem else q)
+
+    def _shift(self, ins: Instr, left: bool) -> None:
+        kind, w, d, a, b = self._binop(ins)
+        if not left and w == 64:
+            raise self.err("64-bit shift right needs the upper 32 bits (64-bit values are narrowed)")
+        arith = not left and kind == "s"
+        a = a if left else self.ext(a, kind, w)
+        op = "SHL" if left else "SRA" if arith else "SHR"
+        if isinstance(b, int):
+            if b >= 32:
+                if arith:
+                    self.alu("SRA", d, a, 31)
+                else:
+                    self.mov(d, 0)
+            else:
+                self.alu(op, d, a, b)
+            return
+        if arith:           # PTX clamps the amount: >= 32 fills with the sign
+            amt = self.emit("MINU", self.tmp(), b, 31)
+            self.alu("SRA", d, a, amt)
+            return
+        t = self.alu(op, self.tmp(), a, b)
+        ok = self.emit("SLTU", self.tmp(), b, 32)
+        self.emit("SEL", d, ok, t, c=RZ)
+
+    def op_shl(self, ins):
+        self._shift(ins, True)
+
+    def op_shr(self, ins):
+        self._shift(ins, False)
+
+    # ---- compares and selects -----------------------------------------------------------
+    def compare(self, cmp: str, kind: str, w: int, a, b, d: str) -> str:
+        if cmp not in CMP_OPS:
+            raise self.err(f"compare `{cmp}` is not supported")
+        op, swap, force_unsigned = CMP_OPS[cmp]
+        signed = kind == "s" and not force_unsigned
+        if op in ("SLT", "SLE") and not signed:
+            op += "U"
+        a, b = self.ext(a, "s" if signed else "u", w), self.ext(b, "s" if signed else "u", w)
+        if swap:
+            a, b = b, a
+        if isinstance(a, int) and op not in COMMUTATIVE and isinstance(b, str):
+            # k < b  ==  !(b <= k)   (and k <= b == !(b < k))
+            flip = {"SLT": "SLE", "SLE": "SLT", "SLTU": "SLEU", "SLEU": "SLTU"}[op]
+            self.alu(flip, d, b, a)
+            return self.emit("XOR", d, d, 1)
+        return self.alu(op, d, a, b)
+
+    def op_setp(self, ins: Instr) -> None:
+        kind, w = _type(ins)
+        cmp = ins.mods[0]
+        combine = next((m for m in ins.mods if m in ("and", "or", "xor")), None)
+        dst = ins.operands[0]
+        p, q = (self.dst(dst.first), self.dst(dst.second)) if isinstance(dst, Pair) else (self.dst(dst), None)
+        a, b = self.src(ins.operands[1]), self.src(ins.operands[2])
+        t = self.compare(cmp, kind, w, a, b, self.tmp())
+        if q is not None:
+            nq = self.emit("XOR", self.tmp(), t, 1)
+        if combine:
+            c = self.rsrc(ins.operands[3])
+            op = combine.upper()
+            self.emit(op, p, t, c)
+            if q is not None:
+                self.emit(op, q, nq, c)
+        else:
+            self.mov(p, t)
+            if q is not None:
+                self.mov(q, nq)
+
+    def op_set(self, ins: Instr) -> None:
+        types = [m for m in ins.mods if m in INT_TYPES]
+        if len(types) != 2:
+            raise self.err("set needs a destination and source integer type")
+        kind, w = types[1][0], type_width(types[1])
+        t = self.compare(ins.mods[0], kind, w, self.src(ins.operands[1]), self.src(ins.operands[2]), self.tmp())
+        self.emit("SUB", self.dst(ins.operands[0]), RZ, t)
+
+    def op_selp(self, ins: Instr) -> None:
+        d, a, b, p = ins.operands[:4]
+        self.emit("SEL", self.dst(d), self.rsrc(p), self.src(a), c=self.rsrc(b))
+
+    def op_slct(self, ins: Instr) -> None:
+        d, a, b, c = ins.operands[:4]
+        neg = self.emit("SLT", self.tmp(), self.rsrc(c), 0)
+        self.emit("SEL", self.dst(d), neg, self.src(b), c=self.rsrc(a))
+
+    # ---- bit manipulation ---------------------------------------------------------------
+    def _unary32(self, ins: Instr):
+        kind, w = _type(ins)
+        if w != 32:
+            raise self.err(f"{ins.opcode} on {w}-bit values is not supported")
+        return self.dst(ins.operands[0]), self.rsrc(ins.operands[1])
+
+    def op_popc(self, ins: Instr) -> None:
+        from .lower_arith import popc
+        d, x = self._unary32(ins)
+        self.mov(d, popc(self, x))
+
+    def op_clz(self, ins: Instr) -> None:
+        from .lower_arith import clz
+        d, x = self._unary32(ins)
+        self.mov(d, clz(self, x))
+
+    def op_brev(self, ins: Instr) -> None:
+        from .lower_arith import brev
+        d, x = self._unary32(ins)
+        self.mov(d, brev(self, x))
+
+    def op_bfind(self, ins: Instr) -> None:
+        from .lower_arith import clz
+        kind, w = _type(ins)
+        d, x = self._unary32(ins)
+        if kind == "s":
+            x = self.emit("XOR", self.tmp(), x, self.emit("SRA", self.tmp(), x, 31))
+        c = clz(self, x)
+        if "shiftamt" in ins.mods:      # 0xFFFFFFFF for zero, else the leading-zero count
+            z = self.emit("SEQ", self.tmp(), x, 0)
+            self.emit("SEL", d, z, M32, c=c)
+            return
+        t = self.emit("SUB", self.tmp(), RZ, c)
+        self.emit("ADD", d, t, 31)
+
+    def op_bfe(self, ins: Instr) -> None:
+        kind, w = _type(ins)
+        d, a, pos, ln = ins.operands[:4]
+        pos, ln = self.src(pos), self.src(ln)
+        if w != 32 or not isinstance(pos, int) or not isinstance(ln, int):
+            raise self.err("bfe is supported on 32-bit values with constant position and length")
+        pos, ln, d, a = pos & 255, ln & 255, self.dst(d), self.rsrc(a)
+        if ln == 0 or (pos >= 32 and kind == "u"):
+            self.mov(d, 0)
+        elif pos >= 32:
+            self.emit("SRA", d, a, 31)
+        else:
+            end = min(pos + ln, 32)
+            t = self.emit("SHL", self.tmp(), a, 32 - end)
+            self.emit("SRA" if kind == "s" else "SHR", d, t, 32 - end + pos)
+
+    def op_bfi(self, ins: Instr) -> None:
+        d, f, b, pos, ln = ins.operands[:5]
+        pos, ln = self.src(pos), self.src(ln)
+        if not isinstance(pos, int) or not isinstance(ln, int) or _type(ins)[1] != 32:
+            raise self.err("bfi is supported on 32-bit values with constant position and length")
+        pos, ln, d = pos & 255, ln & 255, self.dst(d)
+        if ln == 0 or pos >= 32:
+            self.mov(d, self.src(b))
+            return
+        mask = (((1 << min(ln, 32)) - 1) << pos) & M32
+        t = self.alu("SHL", self.tmp(), self.src(f), pos)
+        self.emit("AND", t, t, mask)
+        u = self.alu("AND", self.tmp(), self.src(b), ~mask & M32)
+        self.emit("OR", d, t, u)
+
+    def op_prmt(self, ins: Instr) -> None:
+        d, a, b, c = ins.operands[:4]
+        sel = self.src(c)
+        if not isinstance(sel, int) or any(m in ins.mods for m in ("f4e", "b4e", "rc8", "ecl", "ecr", "rc16")):
+            raise self.err("prmt is supported with a constant selector in the default mode")
+        srcs = (self.rsrc(a), self.rsrc(b))
+        acc = RZ
+        for i in range(4):
+            s = (sel >> 4 * i) & 15
+            x, k = srcs[(s & 7) >> 2], s & 3
+            if s & 8:   # replicate the byte's sign bit
+                t = self.emit("SHL", self.tmp(), x, 24 - 8 * k)
+                self.emit("SRA", t, t, 31)
+            else:
+                t = self.emit("SHR", self.tmp(), x, 8 * k)
+            self.emit("AND", t, t, 0xFF)
+            if i:
+                self.emit("SHL", t, t, 8 * i)
+            acc = self.emit("OR", self.tmp(), acc, t) if acc != RZ else t
+        self.mov(self.dst(d), acc)
+
+    # ---- memory -------------------------------------------------------------------------
+    def _space(self, ins: Instr) -> str:
+        return next((m for m in ins.mods if m in ("global", "shared", "local", "const", "param")), "generic")
+
+    def _param_ref(self, m: Mem) -> tuple[str, int] | None:
+        if isinstance(m, Mem) and isinstance(m.base, Sym):
+            name = m.base.name
+            if name in self.scope.alias:
+                return ("alias", self.scope.alias[name] + f"+{m.offset}")
+            if self.scope.fn is self.kernel and name in self.params:
+                return ("kernel", m.offset)
+            if any(dcl.name == name and dcl.space == "param" for dcl in self.scope.fn.decls):
+                return ("alias", self.name(name) + f"+{m.offset}")
+        return None
+
+    def op_ld(self, ins: Instr) -> None:
+        kind, w = _type(ins)
+        dsts, m = ins.operands[0], ins.operands[1]
+        ref = self._param_ref(m) if self._space(ins) in ("param", "generic") else None
+        if ref is not None:
+            if ref[0] == "alias":
+                self.mov(self.dst(dsts), ref[1])
+                return
+            idx = self.params[m.base.name]
+            if m.offset:
+                raise self.err("parameters are read whole (no by-value structs)")
+            self.emit("ADD", self.dst(dsts), RZ, 0, param=idx)
+            return
+        if self._space(ins) == "param":
+            raise self.err("unknown parameter")
+        if w == 64:
+            raise self.err("64-bit data in memory is not supported (64-bit values are narrowed)")
+        items = dsts.items if isinstance(dsts, Vec) else (dsts,)
+        base, off = self.address(m)
+        op = "LD" if w == 32 else LOAD[(w, kind)]
+        for i, r in enumerate(items):
+            self.emit(op, self.dst(r), base, off + i * w // 8)
+
+    def op_ldu(self, ins: Instr) -> None:
+        self.op_ld(ins)
+
+    def op_st(self, ins: Instr) -> None:
+        kind, w = _type(ins)
+        m, vals = ins.operands[0], ins.operands[1]
+        ref = self._param_ref(m) if self._space(ins) in ("param", "generic") else None
+        if ref is not None:
+            if ref[0] != "alias":
+                raise self.err("stores to kernel parameters are not supported")
+            self.mov(ref[1], self.src(vals))
+            return
+        if w == 64:
+            raise self.err("64-bit data in memory is not supported (64-bit values are narrowed)")
+        items = vals.items if isinstance(vals, Vec) else (vals,)
+        base, off = self.address(m)
+        for i, v in enumerate(items):
+            self.out.append(V(STORE[w], RZ, base, self.rsrc(v), imm=self._imm(off + i * w // 8), line=self.line))
+
+    def _atom(self, ins: Instr, returns: bool) -> None:
+        kind, w = _type(ins)
+        if w != 32:
+            raise self.err("atomics are supported on 32-bit integers")
+        op = next((ATOM_KIND[m] for m in ins.mods if m in ATOM_KIND), None)
+        if op is None:
+            raise self.err("unknown atomic operation")
+        if op in ("MIN", "MAX") and kind == "u":
+            op += "U"
+        ops = ins.operands
+        d = self.dst(ops[0]) if returns else RZ
+        m, rest = (ops[1], ops[2:]) if returns else (ops[0], ops[1:])
+        base, off = self.address(m)
+        b = self.rsrc(rest[0])
+        c = self.rsrc(rest[1]) if op == "CAS" else RZ
+        self.out.append(V("ATOM." + op, d, base, b, c, imm=self._imm(off), line=self.line))
+
+    def op_atom(self, ins):
+        self._atom(ins, True)
+
+    def op_red(self, ins):
+        self._atom(ins, False)
+
+    def op_shfl(self, ins: Instr) -> None:
+        mode = next((m for m in ins.mods if m in ("idx", "up", "down", "bfly")), None)
+        if mode is None:
+            raise self.err("unknown shuffle mode")
+        d = ins.operands[0]
+        if isinstance(d, Pair):
+            self.shfl_preds.add(self.dst(d.second))
+            d = d.first
+        a, b, c = ins.operands[1:4]
+        bv = self.src(b)
+        self.out.append(V("SHFL." + mode.upper(), self.dst(d), self.rsrc(a),
+                          RZ if isinstance(bv, int) else bv, self.rsrc(c),
+                          imm=bv & 31 if isinstance(bv, int) else 0, bimm=isinstance(bv, int), line=self.line))

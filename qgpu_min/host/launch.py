@@ -1,0 +1,263 @@
+"""compile_kernel and launch: CUDA/PTX -> machine program, and a launch on a backend (docs/interfaces.md §2).
+
+Memory map of a launch (byte addresses, one unified memory of isa.MEM_WORDS words): the kernel's
+.global/.const variables (with their initial values), its .shared variables, the per-thread .local
+frames (isa.MAX_THREADS_PER_CTA of them), then the launch's arrays in parameter order, each starting
+on a word. A pointer parameter's value is its array's base address; kernel parameters reach the
+program as immediates (Program.param_slots), not through memory.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from ..cuda.compiler import compile_to_ptx
+from ..cuda.lower import lower
+from ..cuda.lower_ops import MemoryLayout
+from ..cuda.ptx import parse_ptx, select_kernel
+from ..errors import QgpuError
+from ..machine import interp
+from ..machine.isa import LANES, MEM_WORDS, N_PRE, CapacityError, Program, format_program
+
+BACKENDS = ("interp", "circuit", "model")
+
+
+class LaunchError(QgpuError):
+    """Bad launch arguments or configuration."""
+
+
+@dataclass(frozen=True)
+class ParamInfo:
+    name: str
+    kind: str              # 'ptr' | 'scalar' | 'unknown' (no type information: decided by the argument)
+    signed: bool           # of the value, or of the pointee for a pointer
+    elem_bytes: int = 4    # pointee size for pointers (1, 2 or 4)
+
+
+@dataclass
+class CompiledKernel:
+    name: str
+    params: list[ParamInfo]
+    program: Program
+    memory: MemoryLayout
+    compiler: str
+    ptx: str
+
+    def listing(self) -> str:
+        return format_kernel(self)
+
+
+@dataclass
+class LaunchResult:
+    kernel: str
+    grid: tuple[int, int]
+    block: tuple[int, int]
+    backend: str
+    arrays: dict[str, np.ndarray]
+    tokens: dict[str, int] = field(default_factory=lambda: {"prompt": 0, "generated": 0})
+    trace: list[tuple[int, int, int]] = field(default_factory=list)
+    steps: int = 0
+
+
+# ---- parameter types --------------------------------------------------------------------------
+_BUILTIN = {"b": (False, 1), "c": (True, 1), "a": (True, 1), "h": (False, 1), "s": (True, 2), "t": (False, 2),
+            "i": (True, 4), "j": (False, 4), "l": (True, 8), "m": (False, 8), "x": (True, 8), "y": (False, 8)}
+
+
+def _mangled_params(name: str) -> list[tuple[bool, bool, int]] | None:
+    """(is pointer, signed, size of value or pointee) per parameter of an Itanium-mangled plain function name."""
+    m = re.match(r"_Z(\d+)", name)
+    if not m:
+        return None
+    rest = name[m.end() + int(m.group(1)):]
+    subs: list[tuple[bool, bool, int]] = []
+    out = []
+    pos = 0
+
+    def parse() -> tuple[bool, bool, int]:
+        nonlocal pos
+        c = rest[pos]
+        pos += 1
+        if c in "KVr":
+            t = parse()
+            subs.append(t)
+            return t
+        if c == "P":
+            inner = parse()
+            t = (True, inner[1], inner[2])
+            subs.append(t)
+            return t
+        if c == "S":
+            end = rest.index("_", pos)
+            k = 0 if end == pos else int(rest[pos:end], 36) + 1
+            pos = end + 1
+            return subs[k]
+        if c in _BUILTIN:
+            return (False,) + _BUILTIN[c]
+        if c == "v":
+            return (False, False, 0)
+        raise ValueError(c)
+
+    try:
+        while pos < len(rest):
+            out.append(parse())
+    except (ValueError, IndexError):
+        return None
+    return [] if out == [(False, False, 0)] else out
+
+
+def _source_params(text: str, kernel: str) -> list[tuple[str, bool, bool, int]] | None:
+    """(name, is pointer, signed, size) from the kernel's signature in CUDA source."""
+    m = re.search(r"__global__[^;{(]*?\b" + re.escape(kernel) + r"\s*\(([^)]*)\)", text)
+    if not m:
+        return None
+    out = []
+    for p in filter(None, (x.strip() for x in m.group(1).split(","))):
+        if p == "void":
+            continue
+        name = re.findall(r"\w+", p)[-1]
+        ty = p[: p.rfind(name)]
+        unsigned = bool(re.search(r"\bunsigned\b|\buint\d*_t\b|\bsize_t\b", ty))
+        size = 1 if re.search(r"\bchar\b|int8_t", ty) else 2 if re.search(r"\bshort\b|int16_t", ty) else 4
+        out.append((name, "*" in ty or "[" in p, not unsigned, size))
+    return out
+
+
+def _params(fn, source_text: str | None) -> list[ParamInfo]:
+    mangled = _mangled_params(fn.name)
+    src = _source_params(source_text, fn.demangled.rsplit("::", 1)[-1]) if source_text else None
+    if src is not None and len(src) != len(fn.params):
+        src = None
+    infos = []
+    for i, p in enumerate(fn.params):
+        name = src[i][0] if src else p.name
+        if mangled is not None and len(mangled) == len(fn.params):
+            is_ptr, signed, size = mangled[i]
+        elif src:
+            is_ptr, signed, size = src[i][1:]
+        else:
+            infos.append(ParamInfo(name, "unknown", True, 4))
+            continue
+        if is_ptr and size not in (1, 2, 4):
+            raise QgpuError(f"parameter {name}: arrays of {size}-byte elements are not supported "
+                            f"(the machine has 32-bit words)")
+        infos.append(ParamInfo(name, "ptr" if is_ptr else "scalar", signed, size if is_ptr else 4))
+    return infos
+
+
+# ---- compile ----------------------------------------------------------------------------------
+def compile_kernel(source: str | Path, kernel: str | None = None, compiler: str | None = None) -> CompiledKernel:
+    """Compile CUDA (a .cu path or source text) or PTX to a machine program for one kernel."""
+    res = compile_to_ptx(source, compiler)
+    module = parse_ptx(res.text)
+    fn = select_kernel(module, kernel)
+    lowered = lower(module, fn)
+    text = None
+    p = Path(source) if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source
+                                                     and len(source) < 4096) else None
+    if p is not None and p.suffix == ".cu" and p.is_file():
+        text = p.read_text()
+    elif isinstance(source, str) and "__global__" in source:
+        text = source
+    return CompiledKernel(fn.demangled.rsplit("::", 1)[-1] if fn.demangled else fn.name, _params(fn, text),
+                          lowered.program, lowered.layout, res.compiler, res.text)
+
+
+def format_kernel(k: CompiledKernel) -> str:
+    lay = k.memory
+    lines = [f"kernel {k.name}  (compiled by {k.compiler})",
+             "parameters: " + ", ".join(f"{p.name}:{p.kind}{'' if p.signed else ' unsigned'}"
+                                        + (f" {p.elem_bytes}B" if p.kind == 'ptr' else '') for p in k.params),
+             "memory map (bytes):"]
+    for space, name, addr, size in lay.entries:
+        lines.append(f"  {addr:#06x}..{addr + size:#06x}  .{space} {name}")
+    lines.append(f"  {lay.static_bytes:#06x}..        launch arrays, in parameter order")
+    lines.append(format_program(k.program))
+    return "\n".join(lines)
+
+
+# ---- launch -----------------------------------------------------------------------------------
+def _shape(x, what: str) -> tuple[int, int]:
+    t = (x, 1) if isinstance(x, int) else tuple(x)
+    if len(t) == 1:
+        t = (t[0], 1)
+    if len(t) != 2 or not all(isinstance(v, (int, np.integer)) and v >= 1 for v in t):
+        raise LaunchError(f"{what} must be N or (X, Y) with positive integers, got {x!r}")
+    return int(t[0]), int(t[1])
+
+
+def _check_value(v, lo: int, hi: int, what: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise LaunchError(f"{what}: {v!r} is not an integer")
+    v = int(v)
+    if not lo <= v < hi:
+        raise LaunchError(f"{what}: {v} is outside [{lo}, {hi})")
+    return v
+
+
+def _bind(program: Program, values: list[int]) -> Program:
+    blocks = [replace(b, pre=list(b.pre), post=list(b.post)) for b in program.blocks]
+    for bi, slot, pi in program.param_slots:
+        b = blocks[bi]
+        imm = values[pi] - (1 << 32) if values[pi] >> 31 else values[pi]
+        if slot < N_PRE:
+            b.pre[slot] = replace(b.pre[slot], imm=imm)
+        else:
+            b.post[slot - N_PRE - 1] = replace(b.post[slot - N_PRE - 1], imm=imm)
+    return Program(blocks, list(program.param_slots))
+
+
+def launch(kernel: CompiledKernel, args: list, grid=(1, 1), block=(LANES, 1), backend: str = "interp",
+           step_limit: int | None = None) -> LaunchResult:
+    """Run the kernel; returns the arrays of its pointer parameters read back after the launch."""
+    if backend not in BACKENDS:
+        raise LaunchError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend != "interp":
+        raise LaunchError(f"backend {backend!r} is not built yet; use backend='interp'")
+    grid, block = _shape(grid, "grid"), _shape(block, "block")
+    if len(args) != len(kernel.params):
+        raise LaunchError(f"kernel {kernel.name} takes {len(kernel.params)} arguments "
+                          f"({', '.join(p.name for p in kernel.params)}), got {len(args)}")
+    lay = kernel.memory
+    mem_bytes = bytearray(MEM_WORDS * 4)
+    for a, v in lay.init.items():
+        mem_bytes[a] = v
+    addr = (lay.static_bytes + 3) // 4 * 4
+    values: list[int] = []
+    arrays: list[tuple[str, int, int, bool, int]] = []
+    for p, a in zip(kernel.params, args):
+        is_ptr = p.kind == "ptr" or (p.kind == "unknown" and not isinstance(a, (int, np.integer)))
+        if not is_ptr:
+            if p.kind == "ptr":
+                raise LaunchError(f"argument {p.name} is a pointer: pass a list of integers")
+            values.append(_check_value(a, -(1 << 31), 1 << 32, f"argument {p.name}") & 0xFFFFFFFF)
+            continue
+        if isinstance(a, (int, np.integer)):
+            raise LaunchError(f"argument {p.name} is a pointer: pass a list of integers, not {a}")
+        e = p.elem_bytes
+        lo = -(1 << (8 * e - 1))
+        items = [_check_value(v, lo, 1 << (8 * e), f"argument {p.name}[{i}]") for i, v in enumerate(a)]
+        size = (len(items) * e + 3) // 4 * 4
+        if addr + size > MEM_WORDS * 4:
+            need = (addr + size) // 4
+            raise CapacityError(f"the launch needs {need} words of memory (kernel variables and arrays up to "
+                                f"{p.name}); the machine has {MEM_WORDS} (over by {need - MEM_WORDS})")
+        for i, v in enumerate(items):
+            mem_bytes[addr + i * e: addr + (i + 1) * e] = (v & ((1 << 8 * e) - 1)).to_bytes(e, "little")
+        values.append(addr)
+        arrays.append((p.name, addr, len(items), p.signed, e))
+        addr += size
+    words = np.frombuffer(bytes(mem_bytes), dtype="<u4").astype(np.int64).tolist()
+    res = interp.run(_bind(kernel.program, values), words, grid, block, step_limit, trace=True)
+    out_bytes = np.array(res.memory, dtype="<u4").tobytes()
+    out = {}
+    for name, base, n, signed, e in arrays:
+        raw = np.frombuffer(out_bytes[base: base + n * e], dtype={1: "<u1", 2: "<u2", 4: "<u4"}[e])
+        vals = raw.astype(np.int64)
+        if signed:
+            vals = np.where(vals >> (8 * e - 1), vals - (1 << (8 * e)), vals)
+        out[name] = vals
+    return LaunchResult(kernel.name, grid, block, backend, out, {"prompt": 0, "generated": 0}, res.trace, res.steps)
