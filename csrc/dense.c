@@ -43,17 +43,38 @@ static inline float bf16_value(uint16_t bits) {
     return f;
 }
 
-/* ---- generic C: 8 independent lanes, which compilers vectorize for the baseline ISA ---- */
+/* ---- generic C: 8 independent lanes, which compilers vectorize for the baseline ISA (SSE2, NEON);
+ * tiles of 4 rows x 1 token, few enough accumulators for 16 vector registers ---- */
 
-static float dot_generic(const uint16_t *w, const float *x, size_t in) {
-    float acc[8] = {0};
-    size_t i = 0;
-    for (; i + 8 <= in; i += 8)
-        for (int l = 0; l < 8; l++) acc[l] += bf16_value(w[i + l]) * x[i + l];
-    for (int l = 0; i + l < in; l++) acc[l] += bf16_value(w[i + l]) * x[i + l];
-    for (int half = 4; half > 0; half /= 2)
-        for (int l = 0; l < half; l++) acc[l] += acc[l + half];
-    return acc[0];
+enum { GL = 8 };
+
+static inline __attribute__((always_inline)) void tile_generic(const prod_args *a, size_t r, size_t t,
+                                                               const int NR) {
+    const size_t in = a->in;
+    const float *x = a->x + t * in;
+    float acc[4][GL], wv[4][GL], xv[GL];
+    for (int i = 0; i < NR; i++)
+        for (int l = 0; l < GL; l++) acc[i][l] = 0.0f;
+    size_t k = 0;
+    for (; k + GL <= in; k += GL)
+        for (int i = 0; i < NR; i++) {
+            const uint16_t *w = a->w + (r + i) * in + k;
+            for (int l = 0; l < GL; l++) acc[i][l] += bf16_value(w[l]) * x[k + l];
+        }
+    if (k < in) { /* the tail chunk, zero-padded */
+        size_t len = in - k;
+        for (int l = 0; l < GL; l++) xv[l] = (size_t)l < len ? x[k + l] : 0.0f;
+        for (int i = 0; i < NR; i++) {
+            const uint16_t *w = a->w + (r + i) * in + k;
+            for (int l = 0; l < GL; l++) wv[i][l] = (size_t)l < len ? bf16_value(w[l]) : 0.0f;
+            for (int l = 0; l < GL; l++) acc[i][l] += wv[i][l] * xv[l];
+        }
+    }
+    for (int i = 0; i < NR; i++) {
+        for (int half = GL / 2; half > 0; half /= 2)
+            for (int l = 0; l < half; l++) acc[i][l] += acc[i][l + half];
+        a->y[t * a->out + r + i] = acc[i][0];
+    }
 }
 
 static void rows_generic(void *ctx, size_t r0, size_t r1) {
@@ -61,9 +82,11 @@ static void rows_generic(void *ctx, size_t r0, size_t r1) {
     size_t tb = token_block(a->in, 1);
     for (size_t t0 = 0; t0 < a->n; t0 += tb) {
         size_t t1 = t0 + tb < a->n ? t0 + tb : a->n;
-        for (size_t r = r0; r < r1; r++)
-            for (size_t t = t0; t < t1; t++)
-                a->y[t * a->out + r] = dot_generic(a->w + r * a->in, a->x + t * a->in, a->in);
+        size_t r = r0;
+        for (; r + 4 <= r1; r += 4)
+            for (size_t t = t0; t < t1; t++) tile_generic(a, r, t, 4);
+        for (; r < r1; r++)
+            for (size_t t = t0; t < t1; t++) tile_generic(a, r, t, 1);
     }
 }
 

@@ -1,0 +1,129 @@
+"""Benchmark the C core against the machine's copy bandwidth and NumPy, side by side in one run.
+
+    python tools/bench_kernels.py [--threads N] [--isa avx512|avx2|generic] [--repeat R] [--no-lm-head]
+
+Matvec (decode) at Qwen3.5-2B shapes: GB/s of weights read, next to the copy rate of a buffer of the same
+size (np.copyto; bytes copied per second) and NumPy doing the same product (bf16 -> f32 in row chunks, then
+a BLAS matvec). Also matmul (prefill) GFLOP/s, the sparse path at 1% density, and the DeltaNet step.
+Times are the best of --repeat runs; on a shared machine the load average printed first says how much
+to trust them.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from typing import Callable
+
+import numpy as np
+
+from qgpu_min.model import kernels as K
+from qgpu_min.model import kernels_ref as R
+from qgpu_min.model.bf16 import bf16_to_f32
+
+MATVEC_SHAPES = [("mlp gate/up, in_proj_qkv", 6144, 2048), ("mlp down", 2048, 6144),
+                 ("LM head (tied embedding)", 248320, 2048)]
+NUMPY_CHUNK = 1 << 23  # weights widened per NumPy chunk (32 MiB of f32), as a memory-frugal NumPy would
+
+
+def best_time(fn: Callable[[], object], repeat: int) -> float:
+    fn()  # warm up: page in, spin up threads
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def random_weights(rng: np.random.Generator, out: int, n_in: int) -> np.ndarray:
+    """bf16 bits of values +-[2^-7, 2^-6): finite, normal, the magnitude of real weights."""
+    w = rng.integers(0, 2**10, size=(out, n_in), dtype=np.uint16)
+    w |= np.uint16(0x3C00)
+    w |= (rng.integers(0, 2, size=(out, n_in), dtype=np.uint16) << np.uint16(15))
+    return w
+
+
+def numpy_matvec(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    rows = max(1, NUMPY_CHUNK // w.shape[1])
+    return np.concatenate([bf16_to_f32(w[r:r + rows]) @ x for r in range(0, w.shape[0], rows)])
+
+
+def bench_matvec(rng: np.random.Generator, repeat: int, lm_head: bool) -> None:
+    print("\nmatvec (decode): GB/s of bf16 weights read; ratios are time / copy time of the same bytes")
+    print(f"{'shape':>16} {'what':<26} {'copy':>7} {'C':>7} {'numpy':>7} {'C/copy':>7} {'numpy/C':>8}")
+    for what, out, n_in in MATVEC_SHAPES:
+        if out > 100_000 and not lm_head:
+            continue
+        w = random_weights(rng, out, n_in)
+        x = rng.standard_normal(n_in).astype(np.float32)
+        dst = np.empty_like(w)
+        t_copy = best_time(lambda: np.copyto(dst, w), repeat)
+        del dst
+        t_c = best_time(lambda: K.matvec_bf16(w, x), repeat)
+        t_np = best_time(lambda: numpy_matvec(w, x), max(1, repeat // 2))
+        gb = w.nbytes / 1e9
+        print(f"{out:>7}x{n_in:<8} {what:<26} {gb / t_copy:7.1f} {gb / t_c:7.1f} {gb / t_np:7.1f} "
+              f"{t_c / t_copy:7.2f} {t_np / t_c:8.1f}")
+
+
+def bench_matmul(rng: np.random.Generator, repeat: int) -> None:
+    out, n_in, n = 6144, 2048, 64
+    w = random_weights(rng, out, n_in)
+    x = rng.standard_normal((n, n_in)).astype(np.float32)
+    w32 = bf16_to_f32(w)
+    flop = 2.0 * out * n_in * n
+    t_c = best_time(lambda: K.matmul_bf16(w, x), repeat)
+    t_np = best_time(lambda: x @ bf16_to_f32(w).T, repeat)
+    t_blas = best_time(lambda: x @ w32.T, repeat)
+    print(f"\nmatmul (prefill) {out}x{n_in}, {n} tokens: C {flop / t_c / 1e9:.1f} GFLOP/s, numpy convert+matmul "
+          f"{flop / t_np / 1e9:.1f}, numpy f32 BLAS on pre-widened weights {flop / t_blas / 1e9:.1f}")
+
+
+def bench_sparse(rng: np.random.Generator, repeat: int) -> None:
+    out, n_in = 6144, 2048
+    print(f"\nsparse {out}x{n_in} matvec vs dense (ms)")
+    w_full = random_weights(rng, out, n_in)
+    x = rng.standard_normal(n_in).astype(np.float32)
+    t_dense = best_time(lambda: K.matvec_bf16(w_full, x), repeat)
+    for density in (0.001, 0.01, 0.05, 0.2):
+        w = np.where(rng.random((out, n_in)) < density, w_full, np.uint16(0))
+        sp = K.SparseBF16.from_dense(w)
+        t_sp = best_time(lambda: K.matvec_bf16(sp, x), repeat)
+        print(f"  density {density:<6} sparse {t_sp * 1e3:7.3f}  dense {t_dense * 1e3:7.3f}  "
+              f"dense/sparse {t_dense / t_sp:6.1f}")
+
+
+def bench_deltanet(rng: np.random.Generator, repeat: int) -> None:
+    h, dk, dv = 16, 128, 128
+    S = np.zeros((h, dk, dv), np.float32)
+    q = R.l2norm(rng.standard_normal((h, dk)).astype(np.float32)) / np.float32(np.sqrt(dk))
+    k = R.l2norm(rng.standard_normal((h, dk)).astype(np.float32))
+    v = rng.standard_normal((h, dv)).astype(np.float32)
+    g = -rng.random(h).astype(np.float32)
+    beta = rng.random(h).astype(np.float32)
+    t_c = best_time(lambda: K.deltanet_step(S, q, k, v, g, beta), repeat * 10)
+    t_ref = best_time(lambda: R.deltanet_step(S, q, k, v, g, beta), repeat * 10)
+    print(f"\ndeltanet step {h}x{dk}x{dv}: C {t_c * 1e6:.0f} us, numpy {t_ref * 1e6:.0f} us")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--threads", type=int, default=None, help="threads for the C kernels (default: all CPUs)")
+    ap.add_argument("--isa", choices=K.ISA_NAMES, default=None, help="SIMD level (default: the best)")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--no-lm-head", action="store_true", help="skip the 1 GB LM-head shape")
+    args = ap.parse_args()
+    K.set_threads(args.threads)
+    isa = K.set_isa(args.isa)
+    print(f"C core: isa {isa}, {K.threads()} threads; cpus {os.cpu_count()}; "
+          f"load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    rng = np.random.default_rng(0)
+    bench_matvec(rng, args.repeat, not args.no_lm_head)
+    bench_matmul(rng, args.repeat)
+    bench_sparse(rng, args.repeat)
+    bench_deltanet(rng, args.repeat)
+
+
+if __name__ == "__main__":
+    main()
