@@ -1,0 +1,201 @@
+"""Circuit IR: one-hot feature groups, ReLU gates over their indicators, DeltaNet memories.
+
+Every feature is a *group* with exactly one active element (value 1 in the residual stream). A dual-rail
+bit is a group of size 2 (element 1 active means the bit is 1); a 32-bit word is 32 bit groups, LSB first.
+A *view* re-labels a group's elements without any weights (bit NOT swaps the rails; constants are views
+of the always-active constant group), so renaming costs nothing.
+
+A gate writes one new group. Its units compute relu(sum of weighted indicators - theta): an integer
+ReLU network, which the compiled SwiGLU units reproduce exactly (silu(K n)/K = max(n, 0) for integers n
+and gain K >= 32). The output starts at the gate's default element (written by the layer's constant
+unit); each unit moves mass between output elements. A gate is valid only if the result is one-hot for
+every input: the simulator checks that on every case it runs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from qgpu_min.errors import QgpuError
+
+
+class CircuitError(QgpuError, ValueError):
+    """A circuit is malformed (bad group sizes, a gate that is not one-hot, a memory over its limits)."""
+
+
+@dataclass(eq=False)
+class Group:
+    """A one-hot feature group, or a view of one: element e of the view is element perm[e] of `base`
+    (None: an element that is never active)."""
+
+    name: str
+    size: int
+    base: "Group | None" = None
+    perm: tuple[int | None, ...] | None = None
+
+    @property
+    def root(self) -> "Group":
+        return self if self.base is None else self.base
+
+    def phys(self, elem: int) -> int | None:
+        """The physical element of the root group that element `elem` of this view stands for."""
+        if not 0 <= elem < self.size:
+            raise CircuitError(f"group {self.name}: element {elem} out of range 0..{self.size - 1}")
+        return elem if self.base is None else self.perm[elem]
+
+    def __repr__(self) -> str:
+        return f"Group({self.name}, {self.size})"
+
+
+Word = list  # list[Group] of 32 bit groups, LSB first
+
+# A term: (group or view, element, integer weight). A unit: relu(sum w*[g == e] - theta).
+
+
+@dataclass(frozen=True)
+class Unit:
+    terms: tuple[tuple[Group, int, int], ...]
+    theta: int
+    out: tuple[tuple[int, int], ...]  # (output element, coefficient)
+
+
+@dataclass(eq=False)
+class Gate:
+    out: Group
+    default: int
+    units: list[Unit]
+
+    @property
+    def inputs(self) -> list[Group]:
+        seen: dict[int, Group] = {}
+        for u in self.units:
+            for g, _, _ in u.terms:
+                if g.root is not CONST:
+                    seen.setdefault(id(g.root), g.root)
+        return list(seen.values())
+
+
+@dataclass(eq=False)
+class Memory:
+    """A DeltaNet memory: `rows` addressable rows (<= 128), each holding one value per field group.
+
+    Stored rows are constant-RMS codes: every field is one-hot, padded with always-on filler channels to
+    exactly ROW_ACTIVE active channels (the per-head output norm then maps each active channel to 1).
+    """
+
+    name: str
+    rows: int
+    fields: tuple[int, ...]  # group sizes of a row
+
+
+@dataclass(eq=False)
+class MemOp:
+    """One access per token: an optional write (address group of size rows+1, last element = no write)
+    and any number of read ports (address groups of size rows), each a copy of the memory in its own head.
+    Reads see this token's own write."""
+
+    mem: Memory
+    write_addr: Group | None
+    write_value: list[Group]
+    read_addrs: list[Group]
+    outputs: list[list[Group]] = field(default_factory=list)
+
+    @property
+    def inputs(self) -> list[Group]:
+        gs = ([self.write_addr] if self.write_addr is not None else []) + list(self.write_value) + list(self.read_addrs)
+        out: dict[int, Group] = {}
+        for g in gs:
+            if g.root is not CONST:
+                out.setdefault(id(g.root), g.root)
+        return list(out.values())
+
+
+CONST = Group("const", 1)
+ROW_CHANNELS = 128
+ROW_ACTIVE = 32
+
+
+def const_bit(value: int) -> Group:
+    """A bit that is always `value`: a view of the constant group."""
+    return Group(f"bit{value}", 2, CONST, (None, 0) if value else (0, None))
+
+
+def const_word(value: int) -> Word:
+    return [const_bit((value >> i) & 1) for i in range(32)]
+
+
+def view(g: Group, perm: tuple[int | None, ...], name: str | None = None) -> Group:
+    """A relabelled group: element e of the result is element perm[e] of g."""
+    return Group(name or f"{g.name}'", len(perm), g.root, tuple(g.phys(p) if p is not None else None for p in perm))
+
+
+def bit_not(b: Group) -> Group:
+    if b.size != 2:
+        raise CircuitError(f"bit_not needs a bit (size 2), got {b}")
+    return view(b, (1, 0), f"~{b.name}")
+
+
+class Circuit:
+    """A circuit under construction: input fields, gates and memory ops in dependency order, outputs."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.inputs: list[Group] = []
+        self.ops: list[Gate | MemOp] = []
+        self.outputs: list[Group] = []
+        self.memories: list[Memory] = []
+
+    def input(self, name: str, size: int) -> Group:
+        g = Group(name, size)
+        self.inputs.append(g)
+        return g
+
+    def input_word(self, name: str, bits: int = 32) -> Word:
+        return [self.input(f"{name}[{i}]", 2) for i in range(bits)]
+
+    def gate(self, name: str, size: int, default: int, units: list[Unit]) -> Group:
+        if not 0 <= default < size:
+            raise CircuitError(f"gate {name}: default element {default} out of range")
+        out = Group(name, size)
+        for u in units:
+            for g, e, _ in u.terms:
+                g.phys(e)  # range check
+            for e, _ in u.out:
+                if not 0 <= e < size:
+                    raise CircuitError(f"gate {name}: unit writes element {e} of a group of size {size}")
+        self.ops.append(Gate(out, default, list(units)))
+        return out
+
+    def memory(self, name: str, rows: int, fields: tuple[int, ...]) -> Memory:
+        channels = sum(fields)
+        active = len(fields)
+        if not 1 <= rows <= ROW_CHANNELS:
+            raise CircuitError(f"memory {name}: {rows} rows, a head holds 1..{ROW_CHANNELS}")
+        if active > ROW_ACTIVE or channels + (ROW_ACTIVE - active) > ROW_CHANNELS:
+            raise CircuitError(f"memory {name}: a row of {active} fields / {channels} channels does not fit a "
+                               f"{ROW_CHANNELS}-channel head with {ROW_ACTIVE} active channels")
+        m = Memory(name, rows, tuple(fields))
+        self.memories.append(m)
+        return m
+
+    def access(self, mem: Memory, write_addr: Group | None, write_value: list[Group],
+               read_addrs: list[Group]) -> list[list[Group]]:
+        """Schedule one access of `mem` (each memory is accessed by exactly one op per token)."""
+        if any(op.mem is mem for op in self.ops if isinstance(op, MemOp)):
+            raise CircuitError(f"memory {mem.name} is accessed twice; give each memory one access op")
+        if write_addr is not None:
+            if write_addr.size != mem.rows + 1:
+                raise CircuitError(f"memory {mem.name}: write address needs size {mem.rows + 1} (last = none)")
+            if [g.size for g in write_value] != list(mem.fields):
+                raise CircuitError(f"memory {mem.name}: write value sizes {[g.size for g in write_value]} "
+                                   f"!= fields {list(mem.fields)}")
+        for a in read_addrs:
+            if a.size != mem.rows:
+                raise CircuitError(f"memory {mem.name}: read address needs size {mem.rows}, got {a.size}")
+        op = MemOp(mem, write_addr, list(write_value), list(read_addrs))
+        op.outputs = [[Group(f"{mem.name}.r{p}.{i}", s) for i, s in enumerate(mem.fields)]
+                      for p in range(len(read_addrs))]
+        self.ops.append(op)
+        return op.outputs
+
+    def output(self, g: Group) -> None:
+        self.outputs.append(g)

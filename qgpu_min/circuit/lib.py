@@ -1,0 +1,233 @@
+"""The gate library: 32-bit words as dual-rail bits, and the ops built from threshold and AND units.
+
+Two unit shapes carry everything (see ir.py for the integer ReLU semantics):
+- AND of one-hot literals: relu(sum of n indicators - (n-1)) is 1 exactly when all n are active.
+- step [S >= theta] over a small integer sum S = sum w*x: relu(S - theta + 1) - relu(S - theta).
+Every sum stays within +-256 where its value matters, so bf16 holds it exactly (DESIGN 5.10).
+
+Adders use 4-bit nibbles: layer A computes, per nibble, its sum bits for carry-in 0 and 1 and its
+kill/propagate/generate class; layer B forms each nibble's carry-in as one threshold over the classes
+below it (a carry-lookahead in one step, weights up to 2^7) and selects the sum bits. 2 MLP layers.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from .ir import Circuit, CircuitError, Group, Unit, Word, bit_not, const_bit
+
+Term = tuple[Group, int, int]
+
+
+def step_gate(c: Circuit, name: str, size: int, default: int, terms: list[Term],
+              steps: dict[int, list[tuple[int, int]]]) -> Group:
+    """Output element e gets sum(sign * [S >= theta]) over steps[e]; the default element gets the rest."""
+    coefs: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for e, lst in steps.items():
+        for theta, sign in lst:
+            coefs[theta - 1][e] += sign
+            coefs[theta - 1][default] -= sign
+            coefs[theta][e] -= sign
+            coefs[theta][default] += sign
+    units = [Unit(tuple(terms), th, tuple((e, v) for e, v in sorted(out.items()) if v))
+             for th, out in sorted(coefs.items()) if any(out.values())]
+    return c.gate(name, size, default, units)
+
+
+def and_unit(lits: list[tuple[Group, int]], out: tuple[tuple[int, int], ...]) -> Unit:
+    """A unit that is 1 exactly when every (group, element) literal is active."""
+    return Unit(tuple((g, e, 1) for g, e in lits), len(lits) - 1, out)
+
+
+def bit_from_ands(c: Circuit, name: str, minterms: list[list[tuple[Group, int]]]) -> Group:
+    """A bit that is 1 when one of the (mutually exclusive) AND minterms holds."""
+    return c.gate(name, 2, 0, [and_unit(m, ((1, 1), (0, -1))) for m in minterms])
+
+
+# Bitwise -----------------------------------------------------------------------------------------------
+
+def _check_word(w: Word, what: str) -> None:
+    if len(w) != 32 or any(b.size != 2 for b in w):
+        raise CircuitError(f"{what}: expected a 32-bit word of bit groups")
+
+
+def word_not(a: Word) -> Word:
+    return [bit_not(b) for b in a]
+
+
+def word_and(c: Circuit, a: Word, b: Word, name: str = "and") -> Word:
+    return [bit_from_ands(c, f"{name}[{i}]", [[(x, 1), (y, 1)]]) for i, (x, y) in enumerate(zip(a, b))]
+
+
+def word_or(c: Circuit, a: Word, b: Word, name: str = "or") -> Word:
+    return [bit_not(bit_from_ands(c, f"{name}~[{i}]", [[(x, 0), (y, 0)]])) for i, (x, y) in enumerate(zip(a, b))]
+
+
+def word_xor(c: Circuit, a: Word, b: Word, name: str = "xor") -> Word:
+    return [bit_from_ands(c, f"{name}[{i}]", [[(x, 1), (y, 0)], [(x, 0), (y, 1)]])
+            for i, (x, y) in enumerate(zip(a, b))]
+
+
+def mux_word(c: Circuit, sel: Group, a: Word, b: Word, name: str = "mux") -> Word:
+    """sel ? a : b, bitwise: one AND unit per input bit."""
+    return [bit_from_ands(c, f"{name}[{i}]", [[(sel, 1), (x, 1)], [(sel, 0), (y, 1)]])
+            for i, (x, y) in enumerate(zip(a, b))]
+
+
+def mux_onehot(c: Circuit, sel: Group, options: list[Word], name: str = "sel") -> Word:
+    """options[sel] for a one-hot selector of size len(options)."""
+    if sel.size != len(options):
+        raise CircuitError(f"{name}: selector of size {sel.size} for {len(options)} options")
+    return [bit_from_ands(c, f"{name}[{i}]", [[(sel, k), (w[i], 1)] for k, w in enumerate(options)])
+            for i in range(len(options[0]))]
+
+
+# Adders ------------------------------------------------------------------------------------------------
+
+def _nibble_sum_terms(a: Word, b: Word, k: int, upto: int) -> list[Term]:
+    return [t for i in range(upto + 1) for t in ((a[4 * k + i], 1, 1 << i), (b[4 * k + i], 1, 1 << i))]
+
+
+def _nibble_class(c: Circuit, a: Word, b: Word, k: int, name: str) -> Group:
+    """0 kill (sum < 15), 1 propagate (sum == 15), 2 generate (sum >= 16)."""
+    return step_gate(c, f"{name}.t{k}", 3, 0, _nibble_sum_terms(a, b, k, 3), {1: [(15, 1), (16, -1)], 2: [(16, 1)]})
+
+
+def _carry_terms(classes: list[Group], k: int) -> list[Term]:
+    """sum_{j<k} 2^j (2 gen_j + prop_j): >= 2^k - cin exactly when nibble k receives a carry."""
+    return [t for j in range(k) for t in ((classes[j], 2, 1 << (j + 1)), (classes[j], 1, 1 << j))]
+
+
+def add(c: Circuit, a: Word, b: Word, cin: Group | int = 0, name: str = "add") -> Word:
+    """a + b + cin mod 2^32 (cin: 0, 1 or a bit). 2 MLP layers."""
+    _check_word(a, name)
+    _check_word(b, name)
+    cconst = cin if isinstance(cin, int) else 0
+    cbit = cin if isinstance(cin, Group) else None
+    variants0 = (0, 1) if cbit is not None else (cconst,)
+    classes = [_nibble_class(c, a, b, k, name) for k in range(8)]
+    out: Word = []
+    for k in range(8):
+        s = {}
+        for var in (variants0 if k == 0 else (0, 1)):
+            s[var] = [step_gate(c, f"{name}.s{var}[{4 * k + j}]", 2, 0, _nibble_sum_terms(a, b, k, j),
+                                {1: [((1 << j) - var, 1), ((2 << j) - var, -1), ((3 << j) - var, 1)]})
+                      for j in range(4)]
+        if k == 0:
+            out += mux_word(c, cbit, s[1], s[0], f"{name}.o0") if cbit is not None else s[cconst]
+            continue
+        p = _carry_terms(classes, k) + ([(cbit, 1, 1)] if cbit is not None else [])
+        big = (1 << k) + 1  # enough to silence a unit whose selected sum bit is 0
+        for j in range(4):
+            units = []
+            for sel_bit, sign, th in ((s[1][j], 1, (1 << k) - 1 + big - cconst), (s[0][j], -1, big - (1 << k) + cconst)):
+                terms = tuple((g, e, sign * w) for g, e, w in p) + ((sel_bit, 1, big),)
+                units += [Unit(terms, th, ((1, 1), (0, -1))), Unit(terms, th + 1, ((1, -1), (0, 1)))]
+            out.append(c.gate(f"{name}[{4 * k + j}]", 2, 0, units))
+    return out
+
+
+def sub(c: Circuit, a: Word, b: Word, name: str = "sub") -> Word:
+    return add(c, a, word_not(b), 1, name)
+
+
+# Compares ----------------------------------------------------------------------------------------------
+
+def _sub_classes(c: Circuit, a: Word, b: Word, name: str) -> list[Group]:
+    _check_word(a, name)
+    _check_word(b, name)
+    nb = word_not(b)
+    return [_nibble_class(c, a, nb, k, name) for k in range(8)]
+
+
+def ult(c: Circuit, a: Word, b: Word, name: str = "ult") -> Group:
+    """a < b unsigned: no carry out of a + ~b + 1. 2 MLP layers."""
+    classes = _sub_classes(c, a, b, name)
+    carry = step_gate(c, f"{name}.cout", 2, 0, _carry_terms(classes, 8), {1: [(256 - 1, 1)]})
+    return bit_not(carry)
+
+
+def eq(c: Circuit, a: Word, b: Word, name: str = "eq") -> Group:
+    """a == b: every nibble of a + ~b propagates. 2 MLP layers."""
+    classes = _sub_classes(c, a, b, name)
+    return step_gate(c, f"{name}.all", 2, 0, [(t, 1, 1) for t in classes], {1: [(8, 1)]})
+
+
+def _flip_sign(w: Word) -> Word:
+    return w[:31] + [bit_not(w[31])]
+
+
+def slt(c: Circuit, a: Word, b: Word, name: str = "slt") -> Group:
+    return ult(c, _flip_sign(a), _flip_sign(b), name)
+
+
+def ne(c: Circuit, a: Word, b: Word, name: str = "ne") -> Group:
+    return bit_not(eq(c, a, b, name))
+
+
+def ule(c: Circuit, a: Word, b: Word, name: str = "ule") -> Group:
+    return bit_not(ult(c, b, a, name))
+
+
+def sle(c: Circuit, a: Word, b: Word, name: str = "sle") -> Group:
+    return bit_not(slt(c, b, a, name))
+
+
+def minmax(c: Circuit, a: Word, b: Word, signed: bool, want_max: bool, name: str = "min") -> Word:
+    lt = (slt if signed else ult)(c, a, b, f"{name}.lt")
+    return mux_word(c, lt, b, a, name) if want_max else mux_word(c, lt, a, b, name)
+
+
+# Shifts ------------------------------------------------------------------------------------------------
+
+def _shift_amount(c: Circuit, amt: Word, name: str) -> tuple[Group, Group]:
+    """(one-hot of amt mod 32, bit 'amt >= 32'). 1 MLP layer."""
+    units = [and_unit([(amt[i], (k >> i) & 1) for i in range(5)], ((k, 1), (0, -1))) for k in range(1, 32)]
+    onehot = c.gate(f"{name}.amt", 32, 0, units)
+    big = step_gate(c, f"{name}.big", 2, 0, [(amt[i], 1, 1) for i in range(5, 32)], {1: [(1, 1)]})
+    return onehot, big
+
+
+def shift(c: Circuit, a: Word, amt: Word, kind: str, name: str | None = None) -> Word:
+    """kind 'shl', 'shr' (logical) or 'sra'; amounts >= 32 give 0 (or the sign fill), as PTX clamps.
+    2 MLP layers."""
+    if kind not in ("shl", "shr", "sra"):
+        raise CircuitError(f"shift kind {kind!r}: expected shl, shr or sra")
+    name = name or kind
+    _check_word(a, name)
+    _check_word(amt, name)
+    oh, big = _shift_amount(c, amt, name)
+    out = []
+    for i in range(32):
+        minterms = []
+        for k in range(32):
+            src = i - k if kind == "shl" else i + k
+            if 0 <= src < 32:
+                minterms.append([(oh, k), (a[src], 1), (big, 0)])
+            elif kind == "sra":
+                minterms.append([(oh, k), (a[31], 1), (big, 0)])
+        if kind == "sra":
+            minterms.append([(big, 1), (a[31], 1)])
+        out.append(bit_from_ands(c, f"{name}[{i}]", minterms))
+    return out
+
+
+# Multiply ----------------------------------------------------------------------------------------------
+
+def mul_lo(c: Circuit, a: Word, b: Word, name: str = "mul") -> Word:
+    """a * b mod 2^32 as a shift-and-add tree: 32 masked partial products (b_j ? a << j : 0, one AND layer,
+    all in parallel), summed pairwise by 31 adders in a tree of depth 5 (2 MLP layers each)."""
+    _check_word(a, name)
+    _check_word(b, name)
+    zero = const_bit(0)
+    parts: list[Word] = []
+    for j in range(32):
+        parts.append([zero] * j + [bit_from_ands(c, f"{name}.pp{j}[{i + j}]", [[(b[j], 1), (a[i], 1)]])
+                                   for i in range(32 - j)])
+    level = 0
+    while len(parts) > 1:
+        nxt = [add(c, parts[i], parts[i + 1], 0, f"{name}.l{level}.{i // 2}") for i in range(0, len(parts) - 1, 2)]
+        if len(parts) % 2:
+            nxt.append(parts[-1])
+        parts = nxt
+        level += 1
+    return parts[0]
