@@ -429,6 +429,18 @@ def test_ptx_file_is_returned_unchanged(tmp_path):
     assert compile_to_ptx(text).text == text  # PTX given as text
 
 
+@needs_zig
+def test_path_input_keeps_file_name_and_relative_includes(tmp_path):
+    (tmp_path / "helper.cuh").write_text("__device__ inline int twice(int x) { return 2 * x; }\n")
+    (tmp_path / "k.cu").write_text('#include "helper.cuh"\n__global__ void k(int *a) { a[0] = twice(a[1]); }\n')
+    module = parse_ptx(compile_to_ptx(str(tmp_path / "k.cu"), "zig").text)
+    assert select_kernel(module, None).demangled == "k"
+    (tmp_path / "bad.cu").write_text("__global__ void k(int *a) { a[0] = nope; }\n")
+    with pytest.raises(CudaCompileError) as info:
+        compile_to_ptx(tmp_path / "bad.cu", "zig")
+    assert f"{tmp_path / 'bad.cu'}:1:" in info.value.diagnostics
+
+
 def test_missing_file_is_named(tmp_path):
     with pytest.raises(CudaCompileError, match="no such file"):
         compile_to_ptx(tmp_path / "absent.cu")
@@ -462,7 +474,7 @@ def test_functions_params_and_regs(handwritten):
     assert k.name == "k" and k.demangled == "k"
     assert [(p.name, p.type, p.bytes) for p in k.params] == [("k_param_0", "u32", 4), ("k_param_1", "b8", 12)]
     assert [(r.prefix, r.type, r.count) for r in k.regs] == [("%p", "pred", 3), ("%r", "b32", 20), ("%SP", "b32", None),
-                                                            ("%fd", "f64", 2)]
+                                                            ("%fd", "f64", 2), ("p", "pred", None)]
     assert [(d.space, d.name) for d in k.decls] == [("local", "__local_depot0"), ("param", "param0"), ("param", "retval0")]
     twice = handwritten.functions["twice"]
     assert not twice.is_kernel and [p.name for p in twice.returns] == ["func_retval0"]
@@ -484,6 +496,9 @@ def test_operand_forms(handwritten):
     assert _instr_at(k, "setp.lt.s32 %p1|").operands[0] == Pair(Reg("%p1"), Reg("%p2"))
     assert _instr_at(k, "add.s32 %r9").operands[2] == Imm(-15)  # octal 017
     assert _instr_at(k, "shfl").operands[0] == Pair(Reg("%r10"), Reg("%p2"))
+    # inline asm may declare registers without '%'
+    assert _instr_at(k, "setp.ne.b32 p").operands == (Reg("p"), Reg("%r2"), Imm(0))
+    assert _instr_at(k, "@p add").pred == ("p", False)
 
 
 def test_calls(handwritten):

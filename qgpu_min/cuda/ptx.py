@@ -229,6 +229,7 @@ class _Cursor:
 
     def __init__(self, toks: list[_Tok], source: str):
         self.toks, self.i, self.source = toks, 0, source
+        self.plain_regs: set[str] = set()  # registers declared without '%' (inline asm: `.reg .pred p;`)
 
     def at_end(self) -> bool:
         return self.i >= len(self.toks)
@@ -338,10 +339,10 @@ def _parse_number(cur: _Cursor, tok: _Tok, negative: bool) -> Imm | FloatImm:
     return Imm(_parse_int(cur, tok, negative))
 
 
-def _name_operand(name: str) -> Reg | SReg | Sym:
+def _name_operand(cur: _Cursor, name: str) -> Reg | SReg | Sym:
     if name in _SPECIAL_NAMES or _SREG_RE.fullmatch(name):
         return SReg(name)
-    if name.startswith("%"):
+    if name.startswith("%") or name in cur.plain_regs:
         return Reg(name)
     return Sym(name)
 
@@ -352,7 +353,7 @@ def _parse_address(cur: _Cursor) -> Mem:
     base: Reg | Sym | None
     offset = 0
     if tok.kind == "name":
-        base = _name_operand(tok.text)
+        base = _name_operand(cur, tok.text)
         if isinstance(base, SReg):
             raise cur.error(tok, f"special register {tok.text} used as an address")
     elif tok.kind == "number":
@@ -389,9 +390,9 @@ def _parse_operand(cur: _Cursor):
     if tok.kind == "number":
         return _parse_number(cur, tok, negative=False)
     if tok.kind == "name" and not tok.text.startswith("."):
-        op = _name_operand(tok.text)
+        op = _name_operand(cur, tok.text)
         if cur.accept("|"):
-            second = _name_operand(cur.next().text)
+            second = _name_operand(cur, cur.next().text)
             if not (isinstance(op, Reg) and (isinstance(second, Reg) or second == Sym("_"))):
                 raise cur.error(tok, "malformed register pair")
             return Pair(op, second)
@@ -452,7 +453,7 @@ def _parse_instr(cur: _Cursor) -> Instr:
     if cur.accept("@"):
         negated = cur.accept("!")
         ptok = cur.next()
-        if not ptok.text.startswith("%"):
+        if not isinstance(_name_operand(cur, ptok.text), Reg):
             raise cur.error(ptok, "expected a predicate register after '@'")
         pred = (ptok.text, negated)
     op_tok = cur.next()
@@ -615,7 +616,9 @@ def _parse_body(cur: _Cursor, fn: Function) -> None:
             depth += 1 if text == "{" else -1
         elif text == ".reg":
             cur.next()
-            fn.regs.extend(_parse_reg_decl(cur))
+            decls = _parse_reg_decl(cur)
+            fn.regs.extend(decls)
+            cur.plain_regs |= {d.prefix for d in decls if d.count is None and not d.prefix.startswith("%")}
         elif text in _SPACES:
             cur.next()
             fn.decls.append(_parse_var_decl(cur, _SPACES[text]))
@@ -659,6 +662,7 @@ def _parse_function(cur: _Cursor, is_kernel: bool) -> Function | None:
     if cur.accept(";"):
         return None
     cur.expect("{")
+    cur.plain_regs = set()
     fn = Function(name.text, demangle(name.text), is_kernel, params, returns, [], [], start.line)
     _parse_body(cur, fn)
     return fn
