@@ -14,3 +14,7 @@ def main() -> None:
 # (add_command lines are appended as the areas land)
 from .model.fetch_commands import fetch_command  # noqa: E402
 main.add_command(fetch_command)
+from .model.commands import generate_command  # noqa: E402
+main.add_command(generate_command)
+from .host.commands import run, compile_cmd  # noqa: E402
+main.add_command(run); main.add_command(compile_cmd, name="compile")

@@ -3,8 +3,9 @@
 Kernel arguments are positional, in the kernel's parameter order (DESIGN §1):
   - a pointer parameter takes an array literal `[1, -2, 0x30]` or `zeros(N)`;
   - a scalar parameter takes an integer: decimal, hex (`0x1F`), binary (`0b101`), optionally negative.
-Every value lies in [-2^31, 2^32); it is stored as the 32-bit word with those low bits and read back
-in the parameter's signedness (so `0xFFFFFFFF` for an `int` is -1, and -1 for an `unsigned` is 2^32-1).
+Every value lies in [-2^31, 2^32); launch() stores it as the word with those low bits, so `0xFFFFFFFF`
+for an `int` reads as -1 and -1 for an `unsigned` as 2^32-1 (and checks narrower ranges for
+`char`/`short` arrays).
 `--grid` and `--block` take `N` or `X,Y`.
 
 Malformed text raises click.BadParameter naming the argument and what was expected; arguments that do
@@ -17,8 +18,6 @@ from collections.abc import Sequence
 from typing import Protocol
 
 import click
-import numpy as np
-
 from ..machine.isa import MEM_WORDS
 
 LOW, HIGH = -(2**31), 2**32  # accepted values: LOW <= v < HIGH
@@ -34,7 +33,7 @@ Value = int | list[int]
 class Param(Protocol):
     """What the parser needs of a kernel parameter (host.launch's CompiledKernel.params entries)."""
     name: str
-    kind: str  # 'ptr' | 'scalar'
+    kind: str  # 'ptr' | 'scalar' | 'unknown' (PTX without source: the argument decides)
     signed: bool
 
 
@@ -76,15 +75,9 @@ def parse_value(text: str, hint: str = "--arg") -> Value:
     raise click.BadParameter(f"{text!r} is not {EXPECTED}", param_hint=hint)
 
 
-def as_signedness(values: np.ndarray | int, signed: bool) -> np.ndarray | int:
-    """Values reduced to 32 bits and read as signed or unsigned."""
-    words = np.asarray(values, dtype=np.int64) & 0xFFFFFFFF
-    if signed:
-        words = words - ((words & 0x80000000) << 1)
-    return int(words) if np.ndim(words) == 0 else words
-
-
 def format_param(p: Param) -> str:
+    if p.kind == "unknown":
+        return f"? {p.name}"
     base = "int" if p.signed else "unsigned"
     return f"{base}* {p.name}" if p.kind == "ptr" else f"{base} {p.name}"
 
@@ -93,23 +86,21 @@ def signature(kernel_name: str, params: Sequence[Param]) -> str:
     return f"{kernel_name}({', '.join(format_param(p) for p in params)})"
 
 
-def bind_args(values: Sequence[Value], params: Sequence[Param], kernel_name: str) -> list[np.ndarray | int]:
-    """Match parsed values to the kernel's parameters: the count and kinds must fit."""
+def bind_args(values: Sequence[Value], params: Sequence[Param], kernel_name: str) -> list[Value]:
+    """Check parsed values against the kernel's parameters: the count and kinds must fit."""
     sig = signature(kernel_name, params)
     if len(values) != len(params):
         raise click.UsageError(f"kernel {sig} takes {len(params)} argument{'s' * (len(params) != 1)} "
                                f"(one --arg each, in order), got {len(values)}")
-    bound: list[np.ndarray | int] = []
     for k, (value, p) in enumerate(zip(values, params), start=1):
         hint = f"--arg #{k} ({p.name})"
         if p.kind == "ptr" and not isinstance(value, list):
             raise click.BadParameter(f"{format_param(p)} is a pointer: give an array literal like [1,2,3] or "
                                      f"zeros(N), not the integer {value} (kernel {sig})", param_hint=hint)
-        if p.kind != "ptr" and isinstance(value, list):
+        if p.kind == "scalar" and isinstance(value, list):
             raise click.BadParameter(f"{format_param(p)} is a scalar: give an integer, not an array "
                                      f"(kernel {sig})", param_hint=hint)
-        bound.append(as_signedness(value, p.signed))
-    return bound
+    return list(values)
 
 
 def parse_dim(text: str, option: str) -> tuple[int, int]:

@@ -109,7 +109,7 @@ def run(source: Path, arg_texts: tuple[str, ...], kernel: str | None, grid: tupl
 @_user_errors
 def compile_cmd(source: Path, kernel: str | None, compiler: str | None, show_ptx: bool) -> None:
     """Compile a CUDA kernel and print the machine program: blocks, instructions, registers, memory map."""
-    from .launch import compile_kernel, format_program
+    from .launch import compile_kernel, format_kernel
 
     compiled = compile_kernel(source, kernel=kernel, compiler=compiler)
-    click.echo(compiled.ptx if show_ptx else format_program(compiled))
+    click.echo(compiled.ptx if show_ptx else format_kernel(compiled))
