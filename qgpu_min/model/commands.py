@@ -1,0 +1,51 @@
+"""`qgpu-min generate`: text generation from a Qwen3.5 checkpoint directory."""
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from ..errors import QgpuError
+from .forward import MODES, load_model
+from .generate import Sampling, default_sampling, generate_ids, prompt_ids, result, stream_text
+
+
+@click.command("generate")
+@click.option("--model", "model_dir", required=True, type=click.Path(exists=True, file_okay=False),
+              help="checkpoint directory (config.json, safetensors, tokenizer.json)")
+@click.argument("prompt")
+@click.option("--max-new-tokens", default=256, show_default=True, type=click.IntRange(min=0))
+@click.option("--greedy", is_flag=True, help="always take the most likely token")
+@click.option("--temperature", type=float, help="sampling temperature [generation_config.json, else 0.7]")
+@click.option("--top-p", type=float, help="nucleus sampling mass [generation_config.json, else 0.8]")
+@click.option("--top-k", type=click.IntRange(min=0), help="keep the k most likely, 0 = all [else 20]")
+@click.option("--seed", type=int, help="random seed for sampling (reproducible output)")
+@click.option("--raw", is_flag=True, help="tokenize the prompt as is, without the chat format")
+@click.option("--think", is_flag=True, help="let the model think first (chat format only)")
+@click.option("--mode", type=click.Choice(MODES), default="fp32", show_default=True,
+              help="activation precision: fp32, or bf16 emulating torch bf16 inference")
+@click.option("--json", "as_json", is_flag=True,
+              help='print {"prompt_ids": [...], "token_ids": [...], "text": "..."} instead of streaming')
+def generate_command(model_dir: str, prompt: str, max_new_tokens: int, greedy: bool, temperature: float | None,
+                     top_p: float | None, top_k: int | None, seed: int | None, raw: bool, think: bool,
+                     mode: str, as_json: bool) -> None:
+    """Generate text for PROMPT (a user message, or raw text with --raw)."""
+    try:
+        model = load_model(model_dir, mode=mode)
+        d = default_sampling(model)
+        sampling = Sampling(greedy=greedy, seed=seed,
+                            temperature=d["temperature"] if temperature is None else temperature,
+                            top_p=d["top_p"] if top_p is None else top_p,
+                            top_k=int(d["top_k"]) if top_k is None else top_k)
+        ids = prompt_ids(model, prompt, raw=raw, enable_thinking=think)
+        tokens = generate_ids(model, ids, max_new_tokens, sampling)
+        if as_json:
+            click.echo(json.dumps(result(model, ids, list(tokens))))
+            return
+        for piece in stream_text(model, tokens, model.tokenizer.stop_ids):
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+        sys.stdout.write("\n")
+    except QgpuError as e:
+        raise click.ClickException(str(e)) from None
