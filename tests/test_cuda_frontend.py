@@ -115,6 +115,8 @@ def _available() -> list:
         importlib.util.find_spec("ziglang") is None, reason="ziglang wheel not installed (pip install ziglang)"))]
     params.append(pytest.param("clang", marks=pytest.mark.skipif(
         shutil.which("clang") is None, reason="no clang on PATH (apt-get install clang)")))
+    params.append(pytest.param("clang-19", marks=pytest.mark.skipif(
+        shutil.which("clang-19") is None, reason="no clang-19 on PATH (apt-get install clang-19)")))
     params.append(pytest.param("nvcc", marks=pytest.mark.skipif(
         shutil.which("nvcc") is None, reason="no nvcc on PATH")))
     return params
@@ -154,7 +156,8 @@ def _ptr_bytes(address_size: int) -> int:
 
 def test_compiler_identity_and_address_size(compiled):
     setting, result, module = compiled
-    expected = {"zig": ("zig clang ", 32), "clang": ("clang ", 32), "nvcc": ("nvcc ", 64)}[setting]
+    expected = {"zig": ("zig clang ", 32), "clang": ("clang ", 32), "clang-19": ("clang 19.", 32),
+                "nvcc": ("nvcc ", 64)}[setting]
     assert result.compiler.startswith(expected[0])
     assert result.address_size == module.address_size == expected[1]
     assert module.target.startswith("sm_75")
