@@ -94,7 +94,7 @@ def lower(module: PtxModule, kernel: Function) -> Lowered:
     code = Lowerer(module, kernel, lay).lower_kernel()
     blocks = thread_jumps(build_blocks(code))
     order = layout(blocks)
-    colour = allocate(blocks, order)
+    colour = allocate(blocks, order, lay)
     machine: list[Block] = []
     start: dict[str, int] = {}
     fixups: list[tuple[int, V]] = []

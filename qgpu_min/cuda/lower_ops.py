@@ -79,6 +79,8 @@ class Lowerer:
         self.ins: Instr | None = None
         self.scope: Scope | None = None
         self.shfl_preds: set[str] = set()
+        self.wide: dict[str, tuple] = {}            # 64-bit mul.wide results: vreg -> (a, b, kind)
+        self.def_counts: dict[str, dict[str, int]] = {}
 
     # ---- emission helpers ---------------------------------------------------------------
     def err(self, why: str) -> LoweringError:
@@ -181,11 +183,7 @@ class Lowerer:
 
     def local_address(self, offset: int) -> str:
         """Per-thread .local frame: local_base + (tid.x + tid.y * ntid.x) * frame + offset."""
-        t = self.emit("S2R", self.tmp(), b=SPECIAL["tid.y"])
-        n = self.emit("S2R", self.tmp(), b=SPECIAL["ntid.x"])
-        self.emit("MUL", t, t, n)
-        x = self.emit("S2R", self.tmp(), b=SPECIAL["tid.x"])
-        self.emit("ADD", t, t, x)
+        t = self.emit("S2R", self.tmp(), b=SPECIAL["tid.lin"])
         self.emit("MUL", t, t, self.layout.local_bytes)
         return self.emit("ADD", t, t, self.layout.local_base + offset)
 
@@ -472,6 +470,9 @@ class Lowerer:
 
     def _mul(self, ins: Instr, d: str, a, b) -> None:
         kind, w = _type(ins)
+        if "wide" in ins.mods and w == 32 and ins.opcode == "mul" and self._single_def(d) \
+                and all(isinstance(x, int) or self._single_def(x) for x in (a, b)):
+            self.wide[d] = (a, b, kind)      # its high word can be recovered by a later shr
         if "hi" in ins.mods:
             self._mulhi(kind, w, d, a, b)
         elif "wide" in ins.mods and w < 32:
@@ -523,9 +524,38 @@ class Lowerer:
         q, r = divmod_loop(self, a, self.reg(b), signed)
         self.mov(d, r if want_rem else q)
 
+    def _single_def(self, reg: str) -> bool:
+        fn = self.scope.fn
+        if fn.name not in self.def_counts:
+            counts: dict[str, int] = {}
+            for ins in fn.body:
+                if isinstance(ins, Instr) and ins.operands and ins.opcode not in ("st", "red", "bra", "call"):
+                    d = ins.operands[0]
+                    for r in (d.items if isinstance(d, Vec) else (d.first, d.second) if isinstance(d, Pair) else (d,)):
+                        if isinstance(r, Reg):
+                            counts[r.name] = counts.get(r.name, 0) + 1
+            self.def_counts[fn.name] = counts
+        return self.def_counts[fn.name].get(reg.removesuffix(self.scope.prefix) if self.scope.prefix else reg, 0) == 1
+
+    def _wide_shr(self, ins: Instr, d: str, src: str, k: int) -> None:
+        """shr of a 64-bit mul.wide product by a constant: the high word comes from MULHU / signed mul.hi."""
+        a, b, kind = self.wide[src]
+        hi = self.tmp()
+        self._mulhi(kind, 32, hi, a, b)
+        arith = _type(ins)[0] == "s"
+        if k >= 32:
+            self.alu("SRA" if arith else "SHR", d, hi, min(k - 32, 31))
+        else:
+            lo = self.emit("SHR", self.tmp(), src, k)
+            t = self.emit("SHL", self.tmp(), hi, 32 - k) if k else RZ
+            self.alu("OR", d, lo, t)
+
     def _shift(self, ins: Instr, left: bool) -> None:
         kind, w, d, a, b = self._binop(ins)
         if not left and w == 64:
+            if isinstance(a, str) and a in self.wide and isinstance(b, int) and b < 64:
+                self._wide_shr(ins, d, a, b)
+                return
             raise self.err("64-bit shift right needs the upper 32 bits (64-bit values are narrowed)")
         arith = not left and kind == "s"
         a = a if left else self.ext(a, kind, w)

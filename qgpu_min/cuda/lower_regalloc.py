@@ -1,13 +1,16 @@
 """Register allocation: liveness over the basic blocks, interference graph, colouring into 15 registers.
 
-Moves are coalesced by preference (a value takes its move partner's colour when it is free) and the
-moves that become `rX = rX` are dropped later. No spilling: a kernel that needs more than 15 values
-live at once gets an error naming where.
+Dead ALU operations are dropped first. Moves are coalesced by preference (a value takes its move
+partner's colour when it is free) and moves that become `rX = rX` are dropped later. A value that gets
+no register is spilled: it lives in a per-thread memory slot (slot base + 4 * tid.lin), loaded before
+each use and stored after each definition; each such access is a memory op, so it costs a block.
 """
 from __future__ import annotations
 
+from ..machine.isa import ALU_OPS, MAX_THREADS_PER_CTA, MEM_WORDS, SPECIAL, CapacityError
 from .lower_cfg import BB
 from .lower_ir import RZ, LoweringError, V
+from .lower_ops import MemoryLayout
 
 N_COLOURS = 15
 
@@ -37,12 +40,32 @@ def liveness(blocks: dict[str, BB], order: list[str]) -> tuple[dict[str, set[str
     return live_in, live_out
 
 
-def allocate(blocks: dict[str, BB], order: list[str]) -> dict[str, int]:
-    """Virtual register -> physical register 0..14 (RZ -> 15)."""
+def dead_code(blocks: dict[str, BB], order: list[str]) -> None:
+    """Drop ALU operations whose result is never read."""
+    changed = True
+    while changed:
+        changed = False
+        _, live_out = liveness(blocks, order)
+        for n in order:
+            b = blocks[n]
+            live = set(live_out[n]) | set(_uses(b.term))
+            kept = []
+            for v in reversed(b.ops):
+                if v.op in ALU_OPS and v.d not in live:
+                    changed = True
+                    continue
+                live -= set(v.defs())
+                live |= set(_uses(v))
+                kept.append(v)
+            b.ops = kept[::-1]
+
+
+def _colour(blocks: dict[str, BB], order: list[str]) -> tuple[dict[str, int], list[str]]:
+    """Try to colour; returns the colouring and the values that got no register."""
     live_in, live_out = liveness(blocks, order)
     adj: dict[str, set[str]] = {}
     partners: dict[str, list[str]] = {}
-    worst = (0, 0)
+    count: dict[str, int] = {}
 
     def node(r: str) -> set[str]:
         return adj.setdefault(r, set())
@@ -54,6 +77,7 @@ def allocate(blocks: dict[str, BB], order: list[str]) -> dict[str, int]:
         for v in reversed(blocks[n].ops + [blocks[n].term]):
             for d in v.defs():
                 node(d)
+                count[d] = count.get(d, 0) + 1
                 for l in live:
                     if l != d and not (v.is_move and l == v.a):
                         adj[d].add(l)
@@ -64,26 +88,25 @@ def allocate(blocks: dict[str, BB], order: list[str]) -> dict[str, int]:
                 partners.setdefault(v.a, []).append(v.d)
             for u in _uses(v):
                 node(u)
+                count[u] = count.get(u, 0) + 1
                 live.add(u)
-            if len(live) > worst[0]:
-                worst = (len(live), v.line)
     entry_live = sorted(live_in[order[0]])
     for i, a in enumerate(entry_live):          # values read before any write (undefined): keep apart
         for b in entry_live[i + 1:]:
             adj[a].add(b)
             adj[b].add(a)
-    if worst[0] > N_COLOURS:
-        raise LoweringError(f"the kernel needs {worst[0]} registers live at once (near PTX line {worst[1]}); "
-                            f"the machine has {N_COLOURS} per lane (over by {worst[0] - N_COLOURS}) and the "
-                            f"lowering does not spill yet")
-    # simplify / select (Chaitin-Briggs, optimistic)
+    # simplify / select (Chaitin-Briggs, optimistic); spill candidates: many neighbours, few occurrences
     degree = {r: len(a) for r, a in adj.items()}
     removed: set[str] = set()
     stack: list[str] = []
     pending = set(adj)
+
+    def spill_cost(x: str) -> tuple:
+        return (x.startswith("$s"), count.get(x, 0) / (degree[x] + 1), x)
+
     while pending:
         low = [r for r in pending if degree[r] < N_COLOURS]
-        r = min(low, key=lambda x: (degree[x], x)) if low else max(pending, key=lambda x: (degree[x], x))
+        r = min(low, key=lambda x: (degree[x], x)) if low else min(pending, key=spill_cost)
         pending.discard(r)
         removed.add(r)
         stack.append(r)
@@ -91,13 +114,72 @@ def allocate(blocks: dict[str, BB], order: list[str]) -> dict[str, int]:
             if x not in removed:
                 degree[x] -= 1
     colour: dict[str, int] = {RZ: 15}
+    failed = []
     for r in reversed(stack):
         taken = {colour[x] for x in adj[r] if x in colour}
         pref = [colour[p] for p in partners.get(r, []) if p in colour and colour[p] not in taken and colour[p] < 15]
         free = [c for c in range(N_COLOURS) if c not in taken]
         if not free:
-            raise LoweringError(f"register allocation failed: {r.split('@')[0]} cannot get one of the "
-                                f"{N_COLOURS} registers (too many values live together); the lowering does "
-                                f"not spill yet")
+            failed.append(r)
+            continue
         colour[r] = pref[0] if pref else free[0]
-    return colour
+    return colour, failed
+
+
+def _spill(name: str, blocks: dict[str, BB], order: list[str], offset: int) -> None:
+    """Keep `name` in its memory slot: load it before every use, store it after every definition."""
+    n = 0
+
+    def fresh() -> str:
+        nonlocal n
+        n += 1
+        return f"$s{n}{name}"
+
+    def addr(line: int) -> tuple[list[V], str]:
+        a = fresh()
+        return [V("S2R", a, imm=SPECIAL["tid.lin"], bimm=True, line=line),
+                V("SHL", a, a, imm=2, bimm=True, line=line)], a
+
+    for bname in order:
+        b = blocks[bname]
+        ops: list[V] = []
+        for v in b.ops + [b.term]:
+            if name in _uses(v):
+                code, a = addr(v.line)
+                t = fresh()
+                ops += code + [V("LD", t, a, imm=offset, line=v.line)]
+                v.a, v.b, v.c = (t if r == name else r for r in (v.a, v.b, v.c))
+            if v is b.term:
+                break
+            if name in v.defs():
+                t = fresh()
+                v.d = t
+                code, a = addr(v.line)
+                ops += [v] + code + [V("ST", RZ, a, t, imm=offset, line=v.line)]
+            else:
+                ops.append(v)
+        b.ops = ops
+
+
+def allocate(blocks: dict[str, BB], order: list[str], layout: MemoryLayout) -> dict[str, int]:
+    """Virtual register -> physical register 0..14 (RZ -> 15), spilling to per-thread memory slots."""
+    dead_code(blocks, order)
+    for _ in range(64):
+        colour, failed = _colour(blocks, order)
+        if not failed:
+            return colour
+        for name in failed:
+            if name.startswith("$s"):
+                break
+            offset = layout.static_bytes
+            layout.static_bytes += 4 * MAX_THREADS_PER_CTA
+            layout.entries.append(("local", f"spill slot of {name.split('@')[0]}", offset, 4 * MAX_THREADS_PER_CTA))
+            if layout.static_bytes > MEM_WORDS * 4:
+                raise CapacityError(f"register spill slots need {layout.static_bytes // 4} words of memory; the "
+                                    f"machine has {MEM_WORDS} (over by {layout.static_bytes // 4 - MEM_WORDS})")
+            _spill(name, blocks, order, offset)
+        else:
+            continue
+        break
+    raise LoweringError(f"register allocation failed: more than {N_COLOURS} values are live together even after "
+                        f"spilling")

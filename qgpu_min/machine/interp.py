@@ -231,7 +231,7 @@ class _Machine:
             exited = []
             for l in range(LANES):
                 t = wi * LANES + l
-                special.append([t % bx, t // bx, bx, by, ctaid[0], ctaid[1], grid[0], grid[1], l, wi])
+                special.append([t % bx, t // bx, bx, by, ctaid[0], ctaid[1], grid[0], grid[1], l, wi, t])
                 exited.append(t >= n)
             warps.append(_Warp(wi, [[0] * 16 for _ in range(LANES)], [0] * LANES, exited, special))
         cur = 0

@@ -26,7 +26,9 @@ ALU (per active lane; ``u`` = unsigned view, ``s`` = signed view)::
   SEQ SNE SLT SLE SLTU SLEU   rd = 1 if A ==, !=, s<, s<=, u<, u<= B else 0
   MIN MAX MINU MAXU           signed / unsigned min and max
   SEL                         rd = B if A != 0 else C
-  S2R                         rd = special value number imm (table ``SPECIALS``)
+  S2R                         rd = special value number imm (table ``SPECIALS``): 0 tid.x, 1 tid.y,
+                              2 ntid.x, 3 ntid.y, 4 ctaid.x, 5 ctaid.y, 6 nctaid.x, 7 nctaid.y,
+                              8 laneid, 9 warpid, 10 tid.lin = tid.x + tid.y * ntid.x
 
 Memory and warp (at most one per block; address = A + imm, bytes, wrapping)::
 
@@ -119,7 +121,7 @@ OPCODE = {name: i for i, name in enumerate(OPCODES)}
 
 # S2R imm -> special value
 SPECIALS = ("tid.x", "tid.y", "ntid.x", "ntid.y", "ctaid.x", "ctaid.y", "nctaid.x", "nctaid.y",
-            "laneid", "warpid")
+            "laneid", "warpid", "tid.lin")
 SPECIAL = {name: i for i, name in enumerate(SPECIALS)}
 
 TERMS = ("JMP", "BR", "BAR", "EXIT")

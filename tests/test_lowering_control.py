@@ -1,0 +1,200 @@
+"""Lowering of control flow, shared/local memory, shuffles, barriers, atomics and calls, run on the
+interpreter through zig clang's 32-bit and nvcc's 64-bit PTX, against Python/NumPy statements."""
+import numpy as np
+import pytest
+
+from qgpu_min.cuda.lower_ir import LoweringError
+from qgpu_min.host.launch import LaunchError, compile_kernel, launch
+from qgpu_min.machine.isa import CapacityError
+from test_lowering_ops import COMPILERS
+
+LOOPS = r"""
+__global__ void loops(const int *a, int *o, int n) {
+  int i = (blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  int x = a[i], s = 0, k = 0;
+  for (int j = 0; j < 40; j++) {          // data-dependent trip count, break and continue
+    if (j > (x & 31)) break;
+    if ((j ^ x) & 1) continue;
+    s += j * x;
+    k++;
+  }
+  while (x > 1 && k < 100) { x = (x & 1) ? 3 * x + 1 : x / 2; k++; }   // Collatz steps
+  o[i] = s;
+  o[n + i] = k;
+}
+"""
+
+
+def ref_loops(x0):
+    x, s, k = x0, 0, 0
+    for j in range(40):
+        if j > (x & 31):
+            break
+        if (j ^ x) & 1:
+            continue
+        s = (s + j * x) & 0xFFFFFFFF
+        k += 1
+    s = s - (1 << 32) if s >> 31 else s
+    while x > 1 and k < 100:
+        x = 3 * x + 1 if x & 1 else x // 2
+        k += 1
+    return s, k
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+@pytest.mark.parametrize("shape", [((1, 1), (13, 1)), ((3, 1), (8, 1)), ((2, 2), (5, 1))])
+def test_loops_break_continue_divergent_trip_counts(compiler, shape):
+    grid, block = shape
+    n = grid[0] * grid[1] * block[0] * block[1] - 1
+    rng = np.random.default_rng(5)
+    a = rng.integers(-50, 1000, n).tolist()
+    k = compile_kernel(LOOPS, compiler=compiler)
+    r = launch(k, [a, [0] * (2 * n), n], grid=grid, block=block)
+    want = [ref_loops(x) for x in a]
+    assert r.arrays["o"][:n].tolist() == [w[0] for w in want]
+    assert r.arrays["o"][n:].tolist() == [w[1] for w in want]
+
+
+REDUCE = r"""
+__global__ void reduce(const int *a, int *out, int *partial, int n) {
+  __shared__ int buf[32];
+  int t = threadIdx.x + threadIdx.y * blockDim.x;
+  int nt = blockDim.x * blockDim.y;
+  int i = blockIdx.x * nt + t;
+  buf[t] = i < n ? a[i] : 0;
+  __syncthreads();
+  for (int s = 16; s > 0; s >>= 1) {
+    if (t < s && t + s < nt) buf[t] += buf[t + s];
+    __syncthreads();
+  }
+  int v = i < n ? a[i] : 0;                       // warp-level sum with shuffles (warpSize = 4)
+  for (int d = warpSize / 2; d > 0; d /= 2) v += __shfl_down_sync(0xffffffff, v, d);
+  if (t == 0) { atomicAdd(out, buf[0]); partial[blockIdx.x] = buf[0]; }
+  if ((t & (warpSize - 1)) == 0) atomicAdd(out + 1, v);
+}
+"""
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+@pytest.mark.parametrize("block", [(32, 1), (4, 3), (7, 1)])
+def test_shared_memory_reduction_barriers_shuffles_atomics(compiler, block):
+    nt = block[0] * block[1]
+    grid = 3
+    n = grid * nt - 2
+    a = list(range(-5, n - 5))
+    k = compile_kernel(REDUCE, compiler=compiler)
+    r = launch(k, [a, [0, 0], [0] * grid, n], grid=grid, block=block)
+    parts = [sum(a[c * nt:(c + 1) * nt]) for c in range(grid)]
+    assert r.arrays["partial"].tolist() == parts
+    assert r.arrays["out"].tolist() == [sum(a), sum(a)]
+
+
+SHFL = r"""
+__global__ void shfl(const int *a, int *o) {
+  int t = threadIdx.x, v = a[t];
+  o[t] = __shfl_sync(0xffffffff, v, (t + 1) & 3);
+  o[8 + t] = __shfl_up_sync(0xffffffff, v, 1);
+  o[16 + t] = __shfl_xor_sync(0xffffffff, v, 2);
+  o[24 + t] = __shfl_down_sync(0xffffffff, v, 1, 2);
+}
+"""
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_shuffle_modes_from_cuda(compiler):
+    a = [10, 11, 12, 13, 20, 21, 22, 23]
+    r = launch(compile_kernel(SHFL, compiler=compiler), [a, [0] * 32], block=8)
+    o = r.arrays["o"].reshape(4, 8).tolist()
+    assert o[0] == [11, 12, 13, 10, 21, 22, 23, 20]
+    assert o[1] == [10, 10, 11, 12, 20, 20, 21, 22]
+    assert o[2] == [12, 13, 10, 11, 22, 23, 20, 21]
+    assert o[3] == [11, 11, 13, 13, 21, 21, 23, 23]
+
+
+LOCAL = r"""
+__device__ __noinline__ int weight(int x, int k) { return x * k + (x >> 2); }
+__device__ int table[5] = {3, 1, 4, 1, 5};
+__global__ void local(const int *a, int *o, int n) {
+  int t = threadIdx.x;
+  int hist[6];
+  for (int j = 0; j < 6; j++) hist[j] = 0;
+  for (int j = 0; j < n; j++) hist[(a[j] + t) % 6]++;
+  int s = 0;
+  for (int j = 0; j < 6; j++) s += weight(hist[j], table[j % 5]);
+  switch (a[t] & 3) {
+    case 0: s += 100; break;
+    case 1: s -= 7; break;
+    case 2: s *= 2; break;
+    default: s = -s;
+  }
+  o[t] = s;
+}
+"""
+
+
+def ref_local(a, t):
+    hist = [0] * 6
+    for x in a:
+        hist[(x + t) % 6] += 1
+    table = [3, 1, 4, 1, 5]
+    s = sum(h * table[j % 5] + (h >> 2) for j, h in enumerate(hist))
+    return [s + 100, s - 7, s * 2, -s][a[t] & 3]
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_local_arrays_globals_calls_switch(compiler):
+    a = [5, 0, 3, 17, 2, 9, 1, 4, 11, 6]
+    k = compile_kernel(LOCAL, compiler=compiler)
+    r = launch(k, [a, [0] * 6, len(a)], block=6)
+    assert r.arrays["o"].tolist() == [ref_local(a, t) for t in range(6)]
+
+
+TWO_D = r"""
+__global__ void mm(const int *A, const int *B, int *C, int n) {
+  int r = blockIdx.y * blockDim.y + threadIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r < n && c < n) {
+    int s = 0;
+    for (int k = 0; k < n; k++) s += A[r * n + k] * B[k * n + c];
+    C[r * n + c] = s;
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_2d_grid_matmul(compiler):
+    n = 6
+    rng = np.random.default_rng(7)
+    A, B = rng.integers(-100, 100, (n, n)), rng.integers(-100, 100, (n, n))
+    k = compile_kernel(TWO_D, compiler=compiler)
+    r = launch(k, [A.ravel().tolist(), B.ravel().tolist(), [0] * n * n, n], grid=(2, 3), block=(4, 2))
+    assert r.arrays["C"].tolist() == (A @ B).ravel().tolist()
+
+
+def test_float_kernel_is_rejected_with_line():
+    src = "__global__ void f(float *x) { x[threadIdx.x] = x[threadIdx.x] * 2.5f; }"
+    with pytest.raises(LoweringError, match=r"unsupported instruction `mul\.f32 .*` at line \d+"):
+        compile_kernel(src, compiler="zig")
+
+
+def test_launch_errors():
+    k = compile_kernel(TWO_D, compiler="zig")
+    with pytest.raises(LaunchError, match="takes 4 arguments"):
+        launch(k, [[1], [2], [3]])
+    with pytest.raises(LaunchError, match=r"A\[1\]: 4294967296 is outside"):
+        launch(k, [[1, 1 << 32], [2], [3], 1])
+    with pytest.raises(CapacityError, match="over by"):
+        launch(k, [[0] * 1000, [0] * 100, [0], 1])
+    with pytest.raises(LaunchError, match="not built yet"):
+        launch(k, [[1], [2], [3], 1], backend="model")
+
+
+def test_unsigned_readback_and_scalar_range():
+    src = r"""
+extern "C" __global__ void inc(unsigned *x, unsigned k) { x[threadIdx.x] += k; }
+"""
+    k = compile_kernel(src, compiler="zig")
+    assert [(p.name, p.kind, p.signed) for p in k.params] == [("x", "ptr", False), ("k", "scalar", False)]
+    r = launch(k, [[0xFFFFFFFF, 1, -1], 0xFFFFFFFF], block=3)
+    assert r.arrays["x"].tolist() == [0xFFFFFFFE, 0, 0xFFFFFFFE]

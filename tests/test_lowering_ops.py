@@ -1,0 +1,240 @@
+"""Lowering of every integer operation, from zig clang's 32-bit PTX and nvcc's 64-bit PTX, on randomized
+operands, against independent Python/NumPy statements of the result."""
+import random
+
+import numpy as np
+import pytest
+
+from qgpu_min.cuda.compiler import CompilerNotFoundError, find_compiler
+from qgpu_min.host.launch import compile_kernel, launch
+
+M32 = 0xFFFFFFFF
+
+
+def _available(name):
+    try:
+        find_compiler(name)
+        return True
+    except (CompilerNotFoundError, Exception):
+        return False
+
+
+COMPILERS = [pytest.param(c, marks=pytest.mark.skipif(not _available(c), reason=f"{c} not installed"))
+             for c in ("zig", "nvcc")]
+
+
+def s32(v):
+    v &= M32
+    return v - (1 << 32) if v >> 31 else v
+
+
+def tdiv(x, y):
+    q = abs(x) // abs(y)
+    return q if (x < 0) == (y < 0) else -q
+
+
+def rand_s32(rng, n, small=False):
+    out = []
+    for _ in range(n):
+        k = rng.random()
+        if small and k < 0.3:
+            out.append(rng.randint(-9, 9))
+        elif k < 0.1:
+            out.append(rng.choice([-(1 << 31), (1 << 31) - 1, -1, 0, 1]))
+        else:
+            out.append(rng.randint(-(1 << 31), (1 << 31) - 1))
+    return out
+
+
+def run_ops(src, compiler, a, b, n_ops, signed=True):
+    k = compile_kernel(src, compiler=compiler)
+    n = len(a)
+    r = launch(k, [a, b, [0] * (n_ops * n), n], grid=(n + 31) // 32, block=32)
+    return r.arrays["o"].reshape(n_ops, n)
+
+
+def check(got, want, a, b):
+    for j, (g_row, w_row) in enumerate(zip(got, want)):
+        bad = [(a[i], b[i], int(g_row[i]), w_row[i]) for i in range(len(a)) if int(g_row[i]) != w_row[i]]
+        assert not bad, f"op {j}: (a, b, got, want) {bad[:4]}"
+
+
+SIGNED = r"""
+__global__ void sops(const int *a, const int *b, int *o, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  int x = a[i], y = b[i];
+  o[0 * n + i] = x / y;
+  o[1 * n + i] = x % y;
+  o[2 * n + i] = x / 7;
+  o[3 * n + i] = x % -5;
+  o[4 * n + i] = x / -3;
+  o[5 * n + i] = __mulhi(x, y);
+  o[6 * n + i] = x / 1024;
+  o[7 * n + i] = max(x, y) - min(x, y / 3);
+  o[8 * n + i] = abs(x) ^ (x < y) ^ ((x >= 0) << 1) ^ ((x <= y) << 2) ^ ((x != y) << 3);
+  o[9 * n + i] = (x >> 3) + (y << 5) + (x >> (y & 31));
+}
+"""
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_signed_arithmetic(compiler):
+    rng = random.Random(1)
+    a = rand_s32(rng, 64)
+    b = [y or 1 for y in rand_s32(rng, 64, small=True)]
+    a[0], b[0] = -(1 << 31), 3
+    want = [[tdiv(x, y) for x, y in zip(a, b)], [x - tdiv(x, y) * y for x, y in zip(a, b)],
+            [tdiv(x, 7) for x in a], [x - tdiv(x, -5) * -5 for x in a], [tdiv(x, -3) for x in a],
+            [(x * y) >> 32 for x, y in zip(a, b)], [tdiv(x, 1024) for x in a],
+            [s32(max(x, y) - min(x, tdiv(y, 3))) for x, y in zip(a, b)],
+            [s32(abs(x)) ^ (x < y) ^ ((x >= 0) << 1) ^ ((x <= y) << 2) ^ ((x != y) << 3) for x, y in zip(a, b)],
+            [s32((x >> 3) + (y << 5) + (x >> (y & 31))) for x, y in zip(a, b)]]
+    check(run_ops(SIGNED, compiler, a, b, 10), want, a, b)
+
+
+UNSIGNED = r"""
+__global__ void uops(const unsigned *a, const unsigned *b, unsigned *o, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  unsigned x = a[i], y = b[i];
+  o[0 * n + i] = x / y;
+  o[1 * n + i] = x % y;
+  o[2 * n + i] = x / 10u;
+  o[3 * n + i] = x % 1000u;
+  o[4 * n + i] = x / 0x80000001u;
+  o[5 * n + i] = __umulhi(x, y);
+  o[6 * n + i] = __popc(x) + (__clz(y) << 8) + (__ffs(x) << 16);
+  o[7 * n + i] = __brev(x);
+  o[8 * n + i] = (x < y) + ((x >= y) << 1) + (min(x, y) == x ? 4 : 0) + ((x >> (y & 31)) << 3);
+  o[9 * n + i] = x * y + (x >> 7);
+}
+"""
+
+
+def clz(v):
+    return 32 - v.bit_length()
+
+
+def ffs(v):
+    return (v & -v).bit_length()
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_unsigned_arithmetic_and_bit_counts(compiler):
+    rng = random.Random(2)
+    a = [x & M32 for x in rand_s32(rng, 64)]
+    b = [(y & M32) or 1 for y in rand_s32(rng, 64, small=True)]
+    a[1] = 0
+    want = [[x // y for x, y in zip(a, b)], [x % y for x, y in zip(a, b)], [x // 10 for x in a],
+            [x % 1000 for x in a], [x // 0x80000001 for x in a], [(x * y) >> 32 for x, y in zip(a, b)],
+            [bin(x).count("1") + (clz(y) << 8) + (ffs(x) << 16) for x, y in zip(a, b)],
+            [int(f"{x:032b}"[::-1], 2) for x in a],
+            [(x < y) + ((x >= y) << 1) + (4 if min(x, y) == x else 0) + (((x >> (y & 31)) << 3) & M32)
+             for x, y in zip(a, b)],
+            [(x * y + (x >> 7)) & M32 for x, y in zip(a, b)]]
+    check(run_ops(UNSIGNED, compiler, a, b, 10), want, a, b)
+
+
+# PTX semantics the C language leaves undefined, reached through inline PTX
+ASM = r"""
+__device__ __forceinline__ int shl(int a, int b) { int r; asm("shl.b32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b)); return r; }
+__device__ __forceinline__ int shru(int a, int b) { int r; asm("shr.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b)); return r; }
+__device__ __forceinline__ int shrs(int a, int b) { int r; asm("shr.s32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b)); return r; }
+__device__ __forceinline__ int divs(int a, int b) { int r; asm("div.s32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b)); return r; }
+__device__ __forceinline__ int rems(int a, int b) { int r; asm("rem.s32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b)); return r; }
+__device__ __forceinline__ int divu(int a, int b) { int r; asm("div.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b)); return r; }
+__device__ __forceinline__ int bfes(int a) { int r; asm("bfe.s32 %0, %1, 5, 9;" : "=r"(r) : "r"(a)); return r; }
+__device__ __forceinline__ int bfeu(int a) { int r; asm("bfe.u32 %0, %1, 28, 8;" : "=r"(r) : "r"(a)); return r; }
+__device__ __forceinline__ int bfi(int a, int b) { int r; asm("bfi.b32 %0, %1, %2, 6, 11;" : "=r"(r) : "r"(a), "r"(b)); return r; }
+__device__ __forceinline__ int prmt(int a, int b) { int r; asm("prmt.b32 %0, %1, %2, 0x9C40;" : "=r"(r) : "r"(a), "r"(b)); return r; }
+__device__ __forceinline__ int bfind(int a) { int r; asm("bfind.s32 %0, %1;" : "=r"(r) : "r"(a)); return r; }
+__global__ void asmops(const int *a, const int *b, int *o, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  int x = a[i], y = b[i];
+  o[0 * n + i] = shl(x, y);
+  o[1 * n + i] = shru(x, y);
+  o[2 * n + i] = shrs(x, y);
+  o[3 * n + i] = divs(x, y);
+  o[4 * n + i] = rems(x, y);
+  o[5 * n + i] = divu(x, y);
+  o[6 * n + i] = bfes(x) ^ bfeu(y);
+  o[7 * n + i] = bfi(x, y);
+  o[8 * n + i] = prmt(x, y);
+  o[9 * n + i] = bfind(x);
+}
+"""
+
+
+def ref_asm(x, y):
+    ux, uy = x & M32, y & M32
+    sh = uy
+    if uy == 0:
+        q, r = (-1 if x >= 0 else 1), x
+        qu = M32
+    else:
+        q, r = s32(tdiv(x, y)), x - tdiv(x, y) * y if not (x == -(1 << 31) and y == -1) else 0
+        qu = ux // uy
+    bfe_s = s32((ux >> 5 & 0x1FF) | (-(ux >> 13 & 1) << 9 & M32))
+    bfe_u = uy >> 28
+    mask = ((1 << 11) - 1) << 6
+    bfi = (uy & ~mask) | ((ux << 6) & mask)
+    bytes_ = list(ux.to_bytes(4, "little")) + list(uy.to_bytes(4, "little"))
+    out = 0
+    for k, sel in enumerate((0x0, 0x4, 0xC, 0x9)):
+        v = bytes_[sel & 7]
+        if sel & 8:
+            v = 0xFF if v >> 7 else 0
+        out |= v << (8 * k)
+    bf = ux ^ M32 if x < 0 else ux
+    return [s32(ux << sh if sh < 32 else 0), s32(ux >> sh if sh < 32 else 0), x >> min(sh, 31),
+            s32(q), s32(r), s32(qu), s32(bfe_s ^ bfe_u), s32(bfi), s32(out),
+            s32(bf.bit_length() - 1 if bf else M32)]
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_ptx_semantics_shifts_ge_32_division_by_zero_and_bitfields(compiler):
+    rng = random.Random(3)
+    a = rand_s32(rng, 64)
+    b = [rng.choice([rng.randint(0, 40), rng.randint(-(1 << 31), (1 << 31) - 1), 0, 32, 33, -1]) for _ in range(64)]
+    a[:4], b[:4] = [-(1 << 31), 7, -7, 0], [-1, 0, 0, 0]
+    want = list(map(list, zip(*[ref_asm(x, y) for x, y in zip(a, b)])))
+    check(run_ops(ASM, compiler, a, b, 10), want, a, b)
+
+
+SUBWORD = r"""
+__global__ void sub(const signed char *c, const unsigned short *h, int *o, short *hs, unsigned char *uc, int n) {
+  int i = threadIdx.x;
+  if (i >= n) return;
+  signed char x = c[i];
+  unsigned short y = h[i];
+  o[0 * n + i] = x;
+  o[1 * n + i] = y;
+  o[2 * n + i] = (short)y;
+  o[3 * n + i] = (unsigned char)x + (int)(signed char)(y >> 3);
+  o[4 * n + i] = (x < 0) + ((short)y < 0) * 2 + ((long long)x * 3 < 0) * 4;
+  hs[i] = (short)(x * 300 + y);
+  uc[i] = (unsigned char)(y + x);
+}
+"""
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_subword_memory_and_sign_extension(compiler):
+    rng = random.Random(4)
+    n = 30
+    c = [rng.randint(-128, 127) for _ in range(n)]
+    h = [rng.randint(0, 65535) for _ in range(n)]
+    k = compile_kernel(SUBWORD, compiler=compiler)
+    assert [(p.name, p.signed, p.elem_bytes) for p in k.params[:5]] == \
+        [("c", True, 1), ("h", False, 2), ("o", True, 4), ("hs", True, 2), ("uc", False, 1)]
+    r = launch(k, [c, h, [0] * (5 * n), [0] * n, [0] * n, n], block=n)
+    o = r.arrays["o"].reshape(5, n)
+    sh = lambda v: ((v & 0xFFFF) ^ 0x8000) - 0x8000
+    sc = lambda v: ((v & 0xFF) ^ 0x80) - 0x80
+    want = [c, h, [sh(y) for y in h], [(x & 0xFF) + sc(y >> 3) for x, y in zip(c, h)],
+            [(x < 0) + (sh(y) < 0) * 2 + (x * 3 < 0) * 4 for x, y in zip(c, h)]]
+    check(o, want, c, h)
+    assert r.arrays["hs"].tolist() == [sh(x * 300 + y) for x, y in zip(c, h)]
+    assert r.arrays["uc"].tolist() == [(y + x) & 0xFF for x, y in zip(c, h)]
