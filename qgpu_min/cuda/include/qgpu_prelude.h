@@ -50,7 +50,7 @@ QGPU_VEC2(int, int, 8) QGPU_VEC3(int, int) QGPU_VEC4(int, int, 16)
 QGPU_VEC2(unsigned int, uint, 8) QGPU_VEC3(unsigned int, uint) QGPU_VEC4(unsigned int, uint, 16)
 QGPU_VEC2(short, short, 4) QGPU_VEC4(short, short, 8)
 QGPU_VEC2(unsigned short, ushort, 4) QGPU_VEC4(unsigned short, ushort, 8)
-QGPU_VEC2(signed char, char, 2) QGPU_VEC4(signed char, char, 4)
+QGPU_VEC2(char, char, 2) QGPU_VEC4(char, char, 4)
 QGPU_VEC2(unsigned char, uchar, 2) QGPU_VEC4(unsigned char, uchar, 4)
 #undef QGPU_VEC2
 #undef QGPU_VEC3
@@ -194,8 +194,15 @@ QGPU_DEV long long min(long long a, long long b) { return a < b ? a : b; }
 QGPU_DEV long long max(long long a, long long b) { return a > b ? a : b; }
 QGPU_DEV unsigned long long min(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
 QGPU_DEV unsigned long long max(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
+QGPU_DEV long min(long a, long b) { return a < b ? a : b; }
+QGPU_DEV long max(long a, long b) { return a > b ? a : b; }
+QGPU_DEV unsigned long min(unsigned long a, unsigned long b) { return a < b ? a : b; }
+QGPU_DEV unsigned long max(unsigned long a, unsigned long b) { return a > b ? a : b; }
 QGPU_DEV int abs(int a) { return a < 0 ? -a : a; }
+QGPU_DEV long labs(long a) { return a < 0 ? -a : a; }
 QGPU_DEV long long llabs(long long a) { return a < 0 ? -a : a; }
+QGPU_DEV long abs(long a) { return labs(a); }
+QGPU_DEV long long abs(long long a) { return llabs(a); }
 /* clang's generic builtins map onto popc.b32, clz.b32 and brev.b32; the zero guards give CUDA's
  * results for 0 (__clz(0) = 32, __ffs(0) = 0) where the builtins leave them undefined. */
 QGPU_DEV int __popc(unsigned int x) { return __builtin_popcount(x); }
