@@ -1,0 +1,449 @@
+"""The circuit compiler: schedule, residual layout, and Qwen3.5 `linear_attention` layer weights.
+
+Plan (`plan`): gates go to MLP sublayers, memory ops to DeltaNet sublayers, each as early as its inputs
+and the per-layer budget (MLP width, heads) allow. Every group lives in residual dims from its birth to
+the MLP sublayer of its last use, where clear units subtract it exactly; freed dims are reused.
+
+Norm invariance: on a circuit token every live group holds one element of value 1, two constant dims
+hold 1, and four ballast dims hold integers whose squares fill the squared norm up to exactly `hidden`
+at every RMSNorm, so every norm scale is 1/sqrt(1 + eps): features enter every sublayer as 1 (exactly 1
+after bf16 rounding). Ballast changes are constants: the MLP's constant unit writes them, and a DeltaNet
+"constant head" (one row written and read on every token) writes them in attention sublayers.
+
+Emission (`emit`): unit pre-activations K*(sum w*x - theta) with K = 64, up = the constant dim, down =
+coefficient/K; memory heads use one-hot keys/queries of amplitude 32, values of amplitude 32, beta = 1,
+decay 0, and the gated norm turns each stored active channel back into exactly 1.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from qgpu_min.model.bf16 import f32_to_bf16, round_bf16
+from qgpu_min.model.kernels_ref import SparseBF16
+
+from .ir import CONST, ROW_ACTIVE, ROW_CHANNELS, Circuit, CircuitError, Gate, Group, MemOp
+
+K_GATE = 64.0     # MLP gain: silu(64 n) = 64 n for integers n >= 1, ~0 for n <= -1
+A_KEY = 32.0      # key/query amplitude before SiLU and L2 norm
+L_VALUE = 32.0    # stored value amplitude (silu(32) = 32 in fp32)
+B_WRITE = 32.0    # in_proj_b on the constant dim: beta = sigmoid(32) = 1
+Z_GATE = 64.0     # in_proj_z on the constant dim: silu(64) = 64
+DT_BIAS = -100.0  # softplus(-100) ~ 4e-44: decay g = 0, exp(g) = 1
+A_LOG = -30.0
+N_BALLAST = 4
+
+
+@dataclass(frozen=True)
+class BaseShape:
+    """The base model's per-layer shapes the circuit layers must match."""
+
+    hidden: int = 2048
+    intermediate: int = 6144
+    heads: int = 16
+    head_dim: int = 128
+    conv_kernel: int = 4
+    eps: float = 1e-6
+
+    @classmethod
+    def from_config(cls, cfg) -> "BaseShape":
+        if cfg.linear_num_key_heads != cfg.linear_num_value_heads:
+            raise CircuitError("circuit layers need linear_num_key_heads == linear_num_value_heads")
+        if cfg.linear_key_head_dim != ROW_CHANNELS or cfg.linear_value_head_dim != ROW_CHANNELS:
+            raise CircuitError(f"circuit memories need DeltaNet head dims of {ROW_CHANNELS}")
+        return cls(cfg.hidden_size, cfg.intermediate_size, cfg.linear_num_value_heads, ROW_CHANNELS,
+                   cfg.linear_conv_kernel_dim, cfg.rms_norm_eps)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Planning
+
+
+def _live_ops(c: Circuit, keep: list[Group]) -> list[Gate | MemOp]:
+    """Drop gates whose output nobody uses (memory ops always stay: their writes are effects)."""
+    needed = {id(g.root) for g in c.outputs + keep}
+    live = []
+    for op in reversed(c.ops):
+        if isinstance(op, Gate) and id(op.out) not in needed:
+            continue
+        live.append(op)
+        needed.update(id(g) for g in op.inputs)
+    return live[::-1]
+
+
+def _time_of_layer(kind: str, layer: int) -> int:
+    return 2 * layer + (1 if kind == "mlp" else 0)
+
+
+@dataclass
+class Plan:
+    circuit: Circuit
+    shape: BaseShape
+    ops: list                      # live ops in order
+    layer_of: dict                 # id(op) -> layer
+    birth: dict                    # id(root group) -> time (-1: embedding, 2L: attention L, 2L+1: MLP L)
+    clear_at: dict                 # id(root group) -> layer whose MLP clears it (absent: kept to the end)
+    dims: dict                     # id(root group) -> list of residual dims, one per element
+    groups: dict                   # id(root group) -> Group
+    const_dims: tuple[int, int]
+    ballast_dims: tuple[int, ...]
+    ballast: list                  # per norm point (time 2L-1 -> before attention L, 2L -> before MLP L)
+    n_layers: int
+    held: list = field(default_factory=list)  # groups kept alive to the end (outputs, output-code inputs)
+
+    def used_dims(self) -> set[int]:
+        out = set(self.const_dims) | set(self.ballast_dims)
+        for ds in self.dims.values():
+            out.update(ds)
+        return out
+
+
+def _four_squares(n: int) -> tuple[int, int, int, int]:
+    if n < 0:
+        raise CircuitError(f"the circuit needs {-n} more residual dims than the hidden size provides")
+    for a in range(math.isqrt(n), -1, -1):
+        r1 = n - a * a
+        for b in range(min(a, math.isqrt(r1)), -1, -1):
+            r2 = r1 - b * b
+            for c_ in range(min(b, math.isqrt(r2)), -1, -1):
+                r3 = r2 - c_ * c_
+                d = math.isqrt(r3)
+                if d * d == r3 and d <= c_:
+                    return (a, b, c_, d)
+    raise AssertionError("Lagrange's four-square theorem")
+
+
+def plan(c: Circuit, shape: BaseShape = BaseShape(), keep: list[Group] = (), mlp_fill: float = 0.85,
+         dim_order: list[int] | None = None) -> Plan:
+    """Schedule and lay out `c`. keep: extra groups held to the end (besides c.outputs)."""
+    ops = _live_ops(c, list(keep))
+    birth: dict[int, int] = {id(g): -1 for g in c.inputs}
+    groups: dict[int, Group] = {id(g): g for g in c.inputs}
+    mlp_units: dict[int, int] = {}
+    heads: dict[int, int] = {}
+    layer_of: dict[int, int] = {}
+    cap_units = int(shape.intermediate * mlp_fill)
+    for op in ops:
+        t_in = max([birth[id(g)] for g in op.inputs] + [-1])
+        if isinstance(op, Gate):
+            layer, need = max(0, (t_in + 1) // 2), len(op.units)
+            if need > cap_units:
+                raise CircuitError(f"gate {op.out.name} needs {need} units; an MLP sublayer holds {cap_units}")
+            while mlp_units.get(layer, 0) + need > cap_units:
+                layer += 1
+            mlp_units[layer] = mlp_units.get(layer, 0) + need
+            birth[id(op.out)] = _time_of_layer("mlp", layer)
+            groups[id(op.out)] = op.out
+        else:
+            layer, need = t_in // 2 + 1, len(op.read_addrs)
+            if need + 1 > shape.heads:
+                raise CircuitError(f"memory {op.mem.name}: {need} read ports + a constant head exceed "
+                                   f"{shape.heads} heads")
+            while heads.get(layer, 0) + need + 1 > shape.heads:
+                layer += 1
+            heads[layer] = heads.get(layer, 0) + need
+            for port in op.outputs:
+                for g in port:
+                    birth[id(g)] = _time_of_layer("attn", layer)
+                    groups[id(g)] = g
+        layer_of[id(op)] = layer
+    n_layers = max([layer_of[id(op)] for op in ops] + [0]) + 1
+
+    held_ids = {id(g.root) for g in list(c.outputs) + list(keep) if g.root is not CONST}
+    last_use: dict[int, int] = {}
+    for op in ops:
+        t = _time_of_layer("mlp" if isinstance(op, Gate) else "attn", layer_of[id(op)])
+        for g in op.inputs:
+            last_use[id(g)] = max(last_use.get(id(g), -1), t)
+    clear_at = {gid: max(0, last_use.get(gid, birth[gid]) // 2) for gid in groups if gid not in held_ids}
+
+    # residual dims: constants and ballast first, then groups in order of birth, reusing cleared dims
+    order = list(dim_order) if dim_order is not None else list(range(shape.hidden))
+    rank = {d: i for i, d in enumerate(order)}
+    const_dims = (order[0], order[1])
+    ballast_dims = tuple(order[2:2 + N_BALLAST])
+    free = order[2 + N_BALLAST:][::-1]  # a stack: lowest-ordered dims are taken first
+    dims: dict[int, list[int]] = {}
+    events = sorted(set(birth.values()) | {2 * L + 1 for L in clear_at.values()})
+    for t in events:
+        if t % 2 == 1 and t >= 0:  # an MLP sublayer: its clears free dims for its own outputs
+            for gid, L in clear_at.items():
+                if 2 * L + 1 == t and gid in dims:
+                    free.extend(sorted(dims[gid], key=rank.__getitem__, reverse=True))
+        for gid, b in birth.items():
+            if b == t:
+                g = groups[gid]
+                if len(free) < g.size:
+                    raise CircuitError(f"out of residual dims at time {t} placing {g.name} ({g.size} dims); "
+                                       f"the circuit needs more than {shape.hidden}")
+                dims[gid] = [free.pop() for _ in range(g.size)]
+
+    # ballast per norm point: time 2L-1 (before attention L) and 2L (before MLP L)
+    ballast = []
+    for t in range(-1, 2 * n_layers):
+        live = sum(1 for gid, b in birth.items() if b <= t and (gid not in clear_at or 2 * clear_at[gid] + 1 > t))
+        ballast.append(_four_squares(shape.hidden - live - 2))
+    return Plan(c, shape, ops, layer_of, birth, clear_at, dims, groups, const_dims, ballast_dims, ballast,
+                n_layers, [groups[g] for g in held_ids if g in groups])
+
+
+def ballast_at(p: Plan, t: int) -> tuple[int, ...]:
+    return p.ballast[min(t, len(p.ballast) - 1) + 1]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Emission
+
+
+class Coo:
+    """A sparse matrix under construction (duplicates add)."""
+
+    def __init__(self, shape: tuple[int, int]) -> None:
+        self.shape = shape
+        self.r: list[int] = []
+        self.c: list[int] = []
+        self.v: list[float] = []
+
+    def add(self, r: int, c: int, v: float) -> None:
+        if v:
+            self.r.append(r)
+            self.c.append(c)
+            self.v.append(v)
+
+    def summed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if not self.r:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+        key = np.asarray(self.r, np.int64) * self.shape[1] + np.asarray(self.c, np.int64)
+        uniq, inv = np.unique(key, return_inverse=True)
+        vals = np.zeros(len(uniq))
+        np.add.at(vals, inv, np.asarray(self.v))
+        keep = vals != 0
+        return uniq[keep] // self.shape[1], uniq[keep] % self.shape[1], vals[keep]
+
+    def to_sparse(self, exact: bool = True) -> SparseBF16:
+        rows, cols, vals = self.summed()
+        bits = f32_to_bf16(vals.astype(np.float32))
+        if exact:
+            back = round_bf16(vals.astype(np.float32)).astype(np.float64)
+            bad = np.nonzero(back != vals)[0]
+            if bad.size:
+                i = bad[0]
+                raise CircuitError(f"weight {vals[i]!r} at ({rows[i]}, {cols[i]}) is not exact in bf16")
+        indptr = np.zeros(self.shape[0] + 1, np.int64)
+        np.cumsum(np.bincount(rows, minlength=self.shape[0]), out=indptr[1:])
+        return SparseBF16(self.shape, indptr, cols.astype(np.int32), bits)
+
+
+@dataclass
+class LayerWeights:
+    """One compiled decoder layer: sparse bf16 matrices plus the small vectors (f32)."""
+
+    mats: dict   # short name -> Coo (gate, up, down, qkv, z, b, a, out)
+    vecs: dict   # short name -> np.ndarray f32 (in_norm, post_norm, conv [C, K], dt_bias, A_log, gdn_norm)
+    units: int = 0
+    heads: int = 0
+
+
+@dataclass
+class Mute:
+    """The text gate: T(u) = lam . u (over dims outside the circuit) is <= -tau on every text token and 0 on
+    circuit tokens; adding B*T to every circuit pre-activation drives it below -90 on text."""
+
+    lam: np.ndarray   # [hidden], zero on circuit dims
+    tau: float
+    max_abs: np.ndarray  # [hidden] max |normalised text value| per dim
+    margin: float = 100.0
+
+
+@dataclass
+class OutputCode:
+    """Final-layer output code: each (output group, token-code input group) pair of equal size; the
+    final MLP clears the input code and writes amplitude * output group onto the same dims."""
+
+    pairs: list
+    amplitude: float = 256.0
+
+
+def _term_dims(p: Plan, g: Group, e: int) -> int | None:
+    phys = g.phys(e)
+    if phys is None:
+        return None
+    if g.root is CONST:
+        return p.const_dims[0]
+    return p.dims[id(g.root)][phys]
+
+
+def _split(v: float) -> tuple[float, float]:
+    """v = hi + lo with both exact in bf16 (for thresholds wider than 8 significant bits)."""
+    hi = float(round_bf16(np.float32(v)))
+    return hi, v - hi
+
+
+class _Mlp:
+    def __init__(self, p: Plan) -> None:
+        self.p = p
+        H, I = p.shape.hidden, p.shape.intermediate
+        self.gate, self.up, self.down = Coo((I, H)), Coo((I, H)), Coo((H, I))
+        self.n = 0
+
+    def unit(self, terms: dict[int, float], theta: float, out: dict[int, float]) -> None:
+        """pre = K*(sum terms[d]*x_d - theta); writes relu(...)*out[d] to dims d."""
+        if self.n >= self.p.shape.intermediate:
+            raise CircuitError(f"MLP sublayer over its width of {self.p.shape.intermediate} units")
+        u = self.n
+        for d, w in terms.items():
+            self.gate.add(u, d, K_GATE * w)
+        hi, lo = _split(-K_GATE * theta)
+        self.gate.add(u, self.p.const_dims[0], hi)
+        self.gate.add(u, self.p.const_dims[1], lo)
+        self.up.add(u, self.p.const_dims[0], 1.0)
+        for d, v in out.items():
+            self.down.add(d, u, v / K_GATE)
+        self.n += 1
+
+
+def _gate_units(p: Plan, mlp: _Mlp, gate: Gate) -> None:
+    dims = p.dims[id(gate.out)]
+    for u in gate.units:
+        terms: dict[int, float] = {}
+        theta = float(u.theta)
+        for g, e, w in u.terms:
+            d = _term_dims(p, g, e)
+            if d is None:
+                continue
+            if d == p.const_dims[0]:
+                theta -= w  # an always-active literal: a constant
+            else:
+                terms[d] = terms.get(d, 0.0) + w
+        out: dict[int, float] = {}
+        for e, cf in u.out:
+            out[dims[e]] = out.get(dims[e], 0.0) + cf
+        mlp.unit(terms, theta, out)
+
+
+def _mem_heads(p: Plan, op: MemOp, first_head: int, qkv: Coo, z: Coo, b: Coo, out: Coo) -> int:
+    hd, H = p.shape.head_dim, p.shape.heads
+    key0, val0 = H * hd, 2 * H * hd
+    c0 = p.const_dims[0]
+    offsets = np.cumsum([0] + list(op.mem.fields))
+    for port, addr in enumerate(op.read_addrs):
+        h = first_head + port
+        for a in range(op.mem.rows):
+            dq = _term_dims(p, addr, a)
+            if dq is not None:
+                qkv.add(h * hd + a, dq, A_KEY)
+            dk = _term_dims(p, op.write_addr, a) if op.write_addr is not None else None
+            if dk is not None:
+                qkv.add(key0 + h * hd + a, dk, A_KEY)
+        for i, g in enumerate(op.write_value):
+            for e in range(g.size):
+                d = _term_dims(p, g, e)
+                if d is not None:
+                    qkv.add(val0 + h * hd + offsets[i] + e, d, L_VALUE)
+                out.add(p.dims[id(op.outputs[port][i])][e], h * hd + offsets[i] + e, 1.0 / Z_GATE)
+        for f in range(ROW_ACTIVE - len(op.mem.fields)):  # filler channels: constant-RMS rows
+            qkv.add(val0 + h * hd + offsets[-1] + f, c0, L_VALUE)
+        b.add(h, c0, B_WRITE)
+        for ch in range(hd):
+            z.add(h * hd + ch, c0, Z_GATE)
+    return len(op.read_addrs)
+
+
+def _const_head(p: Plan, h: int, delta: tuple[int, ...], qkv: Coo, z: Coo, b: Coo, out: Coo) -> None:
+    hd, H = p.shape.head_dim, p.shape.heads
+    c0 = p.const_dims[0]
+    qkv.add(h * hd, c0, A_KEY)
+    qkv.add(H * hd + h * hd, c0, A_KEY)
+    for ch in range(ROW_ACTIVE):
+        qkv.add(2 * H * hd + h * hd + ch, c0, L_VALUE)
+    b.add(h, c0, B_WRITE)
+    for ch in range(hd):
+        z.add(h * hd + ch, c0, Z_GATE)
+    for d, v in zip(p.ballast_dims, delta):
+        out.add(d, h * hd, v / Z_GATE)
+
+
+def emit(p: Plan, out_code: OutputCode | None = None) -> list[LayerWeights]:
+    """The weights of every circuit layer (plus one output layer when out_code is given)."""
+    s = p.shape
+    H, I, nh, hd = s.hidden, s.intermediate, s.heads, s.head_dim
+    conv_dim = 3 * nh * hd
+    layers = []
+    n_total = p.n_layers + (1 if out_code is not None else 0)
+    for L in range(n_total):
+        qkv, z, b, a, out = Coo((conv_dim, H)), Coo((nh * hd, H)), Coo((nh, H)), Coo((nh, H)), Coo((H, nh * hd))
+        mlp = _Mlp(p)
+        # attention: memory ops, then the constant head for the ballast change
+        head = 0
+        for op in p.ops:
+            if isinstance(op, MemOp) and p.layer_of[id(op)] == L:
+                head += _mem_heads(p, op, head, qkv, z, b, out)
+        before, after = ballast_at(p, 2 * L - 1), ballast_at(p, 2 * L)
+        if L < p.n_layers and before != after:
+            _const_head(p, head, tuple(x - y for x, y in zip(after, before)), qkv, z, b, out)
+            head += 1
+        # MLP: the constant unit (ballast change and every gate's default element), gates, clears
+        const_out: dict[int, float] = {}
+        nxt = ballast_at(p, 2 * L + 1) if L < p.n_layers else after
+        for d, v in zip(p.ballast_dims, tuple(x - y for x, y in zip(nxt, after))):
+            const_out[d] = float(v)
+        gates = [op for op in p.ops if isinstance(op, Gate) and p.layer_of[id(op)] == L]
+        for g in gates:
+            d = p.dims[id(g.out)][g.default]
+            const_out[d] = const_out.get(d, 0.0) + 1.0
+        if L == p.n_layers and out_code is not None:
+            for og, ig in out_code.pairs:
+                for e in range(og.size):
+                    mlp.unit({_term_dims(p, ig, e): 1.0}, 0, {_term_dims(p, ig, e): -1.0})
+                    mlp.unit({_term_dims(p, og, e): 1.0}, 0, {_term_dims(p, ig, e): out_code.amplitude})
+        mlp.unit({}, -1.0, const_out)  # relu(1) = 1: the constants
+        for g in gates:
+            _gate_units(p, mlp, g)
+        for gid, cl in p.clear_at.items():
+            if cl == L and gid in p.dims:
+                for d in p.dims[gid]:
+                    mlp.unit({d: 1.0}, 0, {d: -1.0})
+        conv = np.zeros((conv_dim, s.conv_kernel), np.float32)
+        conv[:, -1] = 1.0  # current token only
+        vecs = {"in_norm": np.zeros(H, np.float32), "post_norm": np.zeros(H, np.float32), "conv": conv,
+                "dt_bias": np.full(nh, DT_BIAS, np.float32), "A_log": np.full(nh, A_LOG, np.float32),
+                "gdn_norm": np.full(hd, math.sqrt(ROW_ACTIVE / hd), np.float32)}
+        layers.append(LayerWeights({"gate": mlp.gate, "up": mlp.up, "down": mlp.down, "qkv": qkv, "z": z,
+                                    "b": b, "a": a, "out": out}, vecs, mlp.n, head))
+    return layers
+
+
+def add_mute(layers: list[LayerWeights], mute: Mute, shape: BaseShape) -> None:
+    """Add B * T(u) to every used MLP unit and every used q/k/v channel (see Mute)."""
+    lam_dims = np.nonzero(mute.lam)[0]
+    for lw in layers:
+        for name in ("gate", "qkv"):
+            m: Coo = lw.mats[name]
+            rows, cols, vals = m.summed()
+            if not len(rows):
+                continue
+            bound = np.zeros(m.shape[0])
+            np.add.at(bound, rows, np.abs(vals) * mute.max_abs[cols])
+            for r in np.unique(rows):
+                B = (bound[r] + mute.margin) / mute.tau
+                for d in lam_dims:
+                    m.add(int(r), int(d), float(B * mute.lam[d]))
+
+
+def runtime_layer(lw: LayerWeights) -> dict:
+    """The layer as the runtime's Weights.layers entry (short names, CSR matrices, f32 vectors)."""
+    out = {name: m.to_sparse(exact=False) for name, m in lw.mats.items()}
+    out.update({k: v.copy() for k, v in lw.vecs.items()})
+    return out
+
+
+def check_exact_weights(layers: list[LayerWeights]) -> None:
+    """Every circuit weight (before the text gate is added) must be exact in bf16."""
+    for i, lw in enumerate(layers):
+        for name, m in lw.mats.items():
+            try:
+                m.to_sparse(exact=True)
+            except CircuitError as e:
+                raise CircuitError(f"layer {i} {name}: {e}") from None
