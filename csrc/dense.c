@@ -36,44 +36,60 @@ static size_t token_block(size_t in, size_t tile_tokens) {
     return tb < tile_tokens ? tile_tokens : tb;
 }
 
-static inline float bf16_value(uint16_t bits) {
-    uint32_t u = (uint32_t)bits << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
+/* ---- generic: GNU C vector extensions (gcc, clang) of 16 bytes, lowered to whatever the target has
+ * (SSE2, NEON, or scalar code). 8 lanes as two 4-lane halves; tiles of 4 rows x 1 token. ---- */
+
+typedef float v4f __attribute__((vector_size(16)));
+typedef uint32_t v4u __attribute__((vector_size(16)));
+typedef uint16_t v4h __attribute__((vector_size(8)));
+
+static inline v4f load_w4_generic(const uint16_t *p) {
+    v4h h;
+    memcpy(&h, p, sizeof h);
+    v4u wide = __builtin_convertvector(h, v4u) << 16;
+    v4f f;
+    memcpy(&f, &wide, sizeof f);
     return f;
 }
 
-/* ---- generic C: 8 independent lanes, which compilers vectorize for the baseline ISA (SSE2, NEON);
- * tiles of 4 rows x 1 token, few enough accumulators for 16 vector registers ---- */
-
-enum { GL = 8 };
+static inline v4f load_x4_generic(const float *p) {
+    v4f f;
+    memcpy(&f, p, sizeof f);
+    return f;
+}
 
 static inline __attribute__((always_inline)) void tile_generic(const prod_args *a, size_t r, size_t t,
                                                                const int NR) {
     const size_t in = a->in;
     const float *x = a->x + t * in;
-    float acc[4][GL], wv[4][GL], xv[GL];
-    for (int i = 0; i < NR; i++)
-        for (int l = 0; l < GL; l++) acc[i][l] = 0.0f;
+    v4f lo[4], hi[4]; /* lanes 0-3 and 4-7 of each row's accumulator */
+    for (int i = 0; i < NR; i++) lo[i] = hi[i] = (v4f){0};
     size_t k = 0;
-    for (; k + GL <= in; k += GL)
+    for (; k + 8 <= in; k += 8) {
+        v4f x_lo = load_x4_generic(x + k), x_hi = load_x4_generic(x + k + 4);
         for (int i = 0; i < NR; i++) {
             const uint16_t *w = a->w + (r + i) * in + k;
-            for (int l = 0; l < GL; l++) acc[i][l] += bf16_value(w[l]) * x[k + l];
+            lo[i] += load_w4_generic(w) * x_lo;
+            hi[i] += load_w4_generic(w + 4) * x_hi;
         }
+    }
     if (k < in) { /* the tail chunk, zero-padded */
-        size_t len = in - k;
-        for (int l = 0; l < GL; l++) xv[l] = (size_t)l < len ? x[k + l] : 0.0f;
+        uint16_t wbuf[8];
+        float xbuf[8] = {0};
+        memcpy(xbuf, x + k, (in - k) * sizeof *xbuf);
+        v4f x_lo = load_x4_generic(xbuf), x_hi = load_x4_generic(xbuf + 4);
         for (int i = 0; i < NR; i++) {
-            const uint16_t *w = a->w + (r + i) * in + k;
-            for (int l = 0; l < GL; l++) wv[i][l] = (size_t)l < len ? bf16_value(w[l]) : 0.0f;
-            for (int l = 0; l < GL; l++) acc[i][l] += wv[i][l] * xv[l];
+            memset(wbuf, 0, sizeof wbuf);
+            memcpy(wbuf, a->w + (r + i) * in + k, (in - k) * sizeof *wbuf);
+            lo[i] += load_w4_generic(wbuf) * x_lo;
+            hi[i] += load_w4_generic(wbuf + 4) * x_hi;
         }
     }
     for (int i = 0; i < NR; i++) {
-        for (int half = GL / 2; half > 0; half /= 2)
-            for (int l = 0; l < half; l++) acc[i][l] += acc[i][l + half];
-        a->y[t * a->out + r + i] = acc[i][0];
+        float lanes[4];
+        v4f sum = lo[i] + hi[i]; /* the same halving tree as the SIMD reductions */
+        memcpy(lanes, &sum, sizeof lanes);
+        a->y[t * a->out + r + i] = (lanes[0] + lanes[2]) + (lanes[1] + lanes[3]);
     }
 }
 
