@@ -475,7 +475,8 @@ def test_module_header_and_globals(handwritten):
 def test_functions_params_and_regs(handwritten):
     k = select_kernel(handwritten, None)
     assert k.name == "k" and k.demangled == "k"
-    assert [(p.name, p.type, p.bytes) for p in k.params] == [("k_param_0", "u32", 4), ("k_param_1", "b8", 12)]
+    assert [(p.name, p.type, p.bytes) for p in k.params] == [("k_param_0", "u32", 4), ("k_param_1", "b8", 12),
+                                                                  ("k_param_2", "u32", 4)]
     assert [(r.prefix, r.type, r.count) for r in k.regs] == [("%p", "pred", 3), ("%r", "b32", 20), ("%SP", "b32", None),
                                                             ("%fd", "f64", 2), ("p", "pred", None)]
     assert [(d.space, d.name) for d in k.decls] == [("local", "__local_depot0"), ("param", "param0"), ("param", "retval0")]

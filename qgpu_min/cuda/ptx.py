@@ -483,20 +483,21 @@ _LINKAGE = {".visible", ".extern", ".weak", ".common"}
 
 
 def _parse_type_and_align(cur: _Cursor) -> tuple[str, int | None]:
-    """Consume `.align N`, `.ptr`, state-space and type words; return (type, align)."""
+    """Consume `.align N`, `.ptr`, state-space and type words; return (type, align).
+
+    Words may come glued together (`.ptr.global.align 1`), as some nvcc versions print them."""
     vtype, align = None, None
     while cur.peek() and cur.peek().text.startswith("."):
         word = cur.next()
-        if word.text == ".align":
-            align = _parse_int(cur, cur.next())
-        elif type_width(word.text) is not None or word.text in (".v2", ".v4"):
-            if word.text in (".v2", ".v4"):
+        for part in word.text[1:].split("."):
+            if part == "align":
+                align = _parse_int(cur, cur.next())
+            elif part in ("v2", "v4"):
                 raise cur.error(word, "vector-typed variables are not supported")
-            vtype = word.text[1:]
-        elif word.text in (".ptr", ".global", ".shared", ".local", ".const"):
-            continue  # `.param .u32 .ptr .global .align 1 p`: pointer annotations
-        else:
-            raise cur.error(word, f"unknown declaration word {word.text!r}")
+            elif type_width(part) is not None:
+                vtype = part
+            elif part not in ("ptr", "global", "shared", "local", "const"):
+                raise cur.error(word, f"unknown declaration word {word.text!r}")
     if vtype is None:
         tok = cur.peek() or cur.toks[-1]
         raise cur.error(tok, "declaration without a type")
