@@ -1,0 +1,167 @@
+"""`qgpu-min run` through click's CliRunner: outputs, defaults and every kind of bad input."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from qgpu_min.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+DOT = str(ROOT / "examples" / "dot.cu")
+DOT_ARGS = ["--arg", "[1,2,3]", "--arg", "[4,5,6]", "--arg", "zeros(1)", "--arg", "3"]
+
+
+def qgpu(*argv: str):
+    return CliRunner().invoke(main, list(argv))
+
+
+def write(tmp_path: Path, name: str, text: str) -> str:
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def assert_error(result, code: int, *fragments: str) -> None:
+    assert result.exit_code == code, (result.exit_code, result.output)
+    assert "Traceback" not in result.output
+    for f in fragments:
+        assert f in result.stderr, (f, result.stderr)
+
+
+def test_dot_example_prints_arrays() -> None:
+    r = qgpu("run", DOT, *DOT_ARGS, "--backend", "interp")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines() == ["a = [1, 2, 3]", "b = [4, 5, 6]", "out = [32]"]
+
+
+def test_dot_example_json() -> None:
+    r = qgpu("run", DOT, *DOT_ARGS, "--json")
+    assert r.exit_code == 0, r.output
+    obj = json.loads(r.stdout)
+    assert obj["arrays"] == {"a": [1, 2, 3], "b": [4, 5, 6], "out": [32]}
+    assert obj["kernel"] == "dot"
+    assert obj["grid"] == [1, 1]
+    assert obj["block"] == [3, 1]  # default: one thread per element of the longest array
+    assert obj["backend"] == "interp"
+    assert set(obj["tokens"]) == {"prompt", "generated"}
+    assert isinstance(obj["compiler"], str) and obj["compiler"]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_dot_example_nvcc() -> None:
+    r = qgpu("run", DOT, *DOT_ARGS, "--compiler", "nvcc", "--json", "--grid", "2", "--block", "1")
+    assert r.exit_code == 0, r.output
+    obj = json.loads(r.stdout)
+    assert obj["arrays"]["out"] == [32] and obj["compiler"].startswith("nvcc")
+    assert obj["grid"] == [2, 1] and obj["block"] == [1, 1]
+
+
+def test_matmul_example_2d_block() -> None:
+    r = qgpu("run", str(ROOT / "examples" / "matmul.cu"), "--arg", "[1,2,3,4,5,6]", "--arg", "[7,8,9,10,11,12]",
+             "--arg", "zeros(4)", "--arg", "2", "--arg", "3", "--arg", "2", "--block", "2,2")
+    assert r.exit_code == 0, r.output
+    assert "C = [58, 64, 139, 154]" in r.stdout.splitlines()
+
+
+@pytest.mark.parametrize("example, args, line", [
+    ("saxpy.cu", ["4", "3", "[1,2,3,4]", "[10,20,30,40]"], "y = [13, 26, 39, 52]"),
+    ("reduce.cu", ["[3,1,4,1,5,9,2,6,5,3]", "zeros(1)", "10", "--block", "8", "--grid", "2"], "total = [39]"),
+    ("histogram.cu", ["[1,5,2,7,1,1,3,6,0,4]", "zeros(4)", "10", "4"], "hist = [2, 4, 2, 2]"),
+])
+def test_other_examples(example: str, args: list[str], line: str) -> None:
+    argv = []
+    for a in args:
+        argv += [a] if a.startswith("--") or argv[-1:] in (["--block"], ["--grid"]) else ["--arg", a]
+    r = qgpu("run", str(ROOT / "examples" / example), *argv)
+    assert r.exit_code == 0, r.output
+    assert line in r.stdout.splitlines()
+
+
+def test_signedness_and_negative_scalars(tmp_path: Path) -> None:
+    src = write(tmp_path, "k.cu", """
+        __global__ void k(const int* a, unsigned* u, int* s, int bias) {
+            int i = threadIdx.x;
+            u[i] = a[i] + bias;
+            s[i] = a[i] + bias;
+        }""")
+    r = qgpu("run", src, "--arg", "[0, 0xFFFFFFFF]", "--arg", "zeros(2)", "--arg", "zeros(2)", "--arg", "-5")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines() == ["a = [0, -1]", "u = [4294967291, 4294967290]", "s = [-5, -6]"]
+
+
+def test_kernel_choice(tmp_path: Path) -> None:
+    ops = str(ROOT / "tests" / "kernels" / "vec_ops.cu")
+    r = qgpu("run", ops, "--kernel", "vec_mul", "--arg", "[2,3]", "--arg", "[5,-7]", "--arg", "zeros(2)", "--arg", "2")
+    assert r.exit_code == 0, r.output
+    assert "c = [10, -21]" in r.stdout.splitlines()
+
+
+def test_unknown_kernel() -> None:
+    r = qgpu("run", str(ROOT / "tests" / "kernels" / "vec_ops.cu"), "--kernel", "nope", "--arg", "1")
+    assert_error(r, 1, "error:", "nope")
+
+
+def test_several_kernels_need_a_choice() -> None:
+    r = qgpu("run", str(ROOT / "tests" / "kernels" / "vec_ops.cu"), "--arg", "1")
+    assert_error(r, 1, "error:", "vec_mul")
+
+
+def test_invalid_cuda_shows_compiler_message(tmp_path: Path) -> None:
+    src = write(tmp_path, "bad.cu", "__global__ void k(int* a) { a[0] = undeclared_thing; }\n")
+    r = qgpu("run", src, "--arg", "[1]")
+    assert_error(r, 1, "error:", "undeclared_thing")
+
+
+def test_float_kernel_is_unsupported(tmp_path: Path) -> None:
+    src = write(tmp_path, "f.cu", "__global__ void k(float* a) { a[threadIdx.x] = a[threadIdx.x] * 1.5f; }\n")
+    r = qgpu("run", src, "--arg", "[1]")
+    assert_error(r, 1, "error:")
+
+
+def test_step_limit(tmp_path: Path) -> None:
+    src = write(tmp_path, "spin.cu", """
+        __global__ void spin(volatile int* flag) { while (flag[0] == 0) { } }""")
+    r = qgpu("run", src, "--arg", "[0]", "--step-limit", "50")
+    assert_error(r, 1, "error:", "step limit")
+
+
+def test_out_of_range_store(tmp_path: Path) -> None:
+    src = write(tmp_path, "oob.cu", "__global__ void k(int* a, int i) { a[i] = 1; }\n")
+    r = qgpu("run", src, "--arg", "[0]", "--arg", "100000")
+    assert_error(r, 1, "error:", "lane")
+
+
+def test_block_over_capacity() -> None:
+    r = qgpu("run", DOT, *DOT_ARGS, "--block", "33")
+    assert_error(r, 1, "error:", "33")
+
+
+def test_backend_not_built() -> None:
+    r = qgpu("run", DOT, *DOT_ARGS, "--backend", "circuit")
+    assert_error(r, 1, "error:", "circuit")
+
+
+@pytest.mark.parametrize("argv, fragments", [
+    (["--arg", "[1,2,3]", "--arg", "[4,5", "--arg", "zeros(1)", "--arg", "3"], ["--arg #2", "not an array literal"]),
+    (["--arg", "[1,2,3]", "--arg", "[4,5,6]", "--arg", "zeros(1)", "--arg", "3.0"], ["--arg #4"]),
+    (["--arg", "[1,2,3]", "--arg", "[4,5,6]", "--arg", "zeros(1)", "--arg", "4294967296"], ["32-bit range"]),
+    (["--arg", "[1,2,3]", "--arg", "[4,5,6]", "--arg", "zeros(1)"],
+     ["dot(int* a, int* b, int* out, int n) takes 4 arguments", "got 3"]),
+    (["--arg", "[1,2,3]", "--arg", "[4,5,6]", "--arg", "1", "--arg", "3"], ["--arg #3 (out)", "is a pointer"]),
+    (["--arg", "[1,2,3]", "--arg", "[4,5,6]", "--arg", "zeros(1)", "--arg", "[3]"], ["--arg #4 (n)", "is a scalar"]),
+    (DOT_ARGS + ["--grid", "0"], ["--grid", "at least 1"]),
+    (DOT_ARGS + ["--block", "2,x"], ["--block", "expected N or X,Y"]),
+    (DOT_ARGS + ["--backend", "gpu"], ["--backend"]),
+])
+def test_malformed_arguments(argv: list[str], fragments: list[str]) -> None:
+    r = qgpu("run", DOT, *argv)
+    assert_error(r, 2, *fragments)
+
+
+def test_missing_file() -> None:
+    r = qgpu("run", "no/such/file.cu")
+    assert_error(r, 2, "does not exist")
