@@ -6,9 +6,9 @@ import shutil
 import numpy as np
 import pytest
 
-from qgpu_min.model import load_model
+from qgpu_min.model import load_model, model_from_tensors
 from qgpu_min.model.bf16 import round_bf16
-from qgpu_min.model.errors import ModelInputError
+from qgpu_min.model.errors import CheckpointError, ModelInputError
 from qgpu_min.model.kernels import SparseBF16
 from qgpu_min.model.safetensors_io import MappedFiles, read_checkpoint_headers, write_checkpoint_weights
 from qgpu_min.model.synthetic import write_synthetic_checkpoint
@@ -315,3 +315,17 @@ def test_full_2b_layer_shapes(tmp_path):
     assert s.recurrent[0].shape == (16, 128, 128) and s.conv[0].shape == (6144, 3)
     ref = reference_logits(d, ids)
     assert np.abs(batch - ref).max() <= 1e-4 * np.abs(ref).max()
+
+
+def test_model_from_in_memory_tensors(tiny, model):
+    files = MappedFiles()
+    tensors = {n: np.array(files.array(i)) for n, i in read_checkpoint_headers(tiny).items()}
+    config = json.loads((tiny / "config.json").read_text())
+    m = model_from_tensors(config, tensors)
+    assert np.array_equal(m.prefill(m.new_state(), IDS), model.prefill(model.new_state(), IDS))
+    del tensors[P + "layers.3.mlp.up_proj.weight"]
+    tensors[P + "norm.weight"] = tensors[P + "norm.weight"].astype(np.float64)
+    with pytest.raises(CheckpointError) as e:
+        model_from_tensors(config, tensors)
+    assert "missing tensor model.language_model.layers.3.mlp.up_proj.weight" in str(e.value)
+    assert "tensor model.language_model.norm.weight: expected dtype BF16 or F32, found F64" in str(e.value)

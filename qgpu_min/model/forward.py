@@ -31,11 +31,16 @@ import numpy as np
 
 from . import kernels
 from .bf16 import bf16_to_f32, round_bf16
-from .config import TextConfig, load_config
+from .config import TextConfig, load_config, parse_config
 from .errors import ModelInputError
-from .weights import Weights, load_weights
+from .weights import Weights, load_weights, weights_from_arrays
 
 MODES = ("fp32", "bf16")
+
+
+def check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise ModelInputError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
 
 
 def _identity(x: np.ndarray) -> np.ndarray:
@@ -68,8 +73,7 @@ class Model:
 
     def __init__(self, config: TextConfig, weights: Weights, mode: str = "fp32", tokenizer=None,
                  path: Path | None = None) -> None:
-        if mode not in MODES:
-            raise ModelInputError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        check_mode(mode)
         self.config, self.weights, self.mode, self.tokenizer, self.path = config, weights, mode, tokenizer, path
         self.r = round_bf16 if mode == "bf16" else _identity
         cfg = config
@@ -104,8 +108,9 @@ class Model:
         """Run the tokens through every layer, advancing `state`; returns the final-norm output f32
         (T, hidden), what the LM head sees."""
         h = self.embed(token_ids)
-        for i, kind in enumerate(self.config.layer_types):
-            h = self._layer(state, i, kind, h)
+        with np.errstate(over="ignore"):  # exp overflowing to inf is how sigmoid/silu reach exactly 0
+            for i, kind in enumerate(self.config.layer_types):
+                h = self._layer(state, i, kind, h)
         state.pos += h.shape[0]
         return self.r(kernels.rmsnorm(h, self.weights.final_norm, self.config.rms_norm_eps, plus_one=True))
 
@@ -186,7 +191,7 @@ class Model:
         v = np.ascontiguousarray(c[:, 2 * cfg.key_dim:].reshape(T, nv, dv))
         beta = r(_sigmoid(b))
         g = (-np.exp(w["A_log"]) * _softplus(a + w["dt_bias"])).astype(np.float32)
-        q = kernels.l2norm(q, 1e-6) * np.float32(1 / np.sqrt(dk))
+        q = kernels.l2norm(q, 1e-6) / np.float32(np.sqrt(dk))  # divided, as HF's recurrent rule does
         k = kernels.l2norm(k, 1e-6)
         if nv > nk:  # each key head serves nv/nk consecutive value heads (HF repeat_interleave)
             q, k = np.repeat(q, nv // nk, axis=1), np.repeat(k, nv // nk, axis=1)
@@ -260,13 +265,22 @@ class Model:
         return self._linear(w["o"], np.ascontiguousarray(out))
 
 
+def model_from_tensors(config: dict | TextConfig, tensors: dict[str, np.ndarray], mode: str = "fp32",
+                       tokenizer=None, sparse: bool = True) -> Model:
+    """A model from in-memory tensors (names and storage as in a checkpoint: BF16 as uint16 bits, F32 as
+    float32) and a config (config.json's parsed dict, or a TextConfig); checked like a checkpoint. For
+    running compiled layers without writing files."""
+    check_mode(mode)
+    cfg = config if isinstance(config, TextConfig) else parse_config(config)
+    return Model(cfg, weights_from_arrays(cfg, tensors, sparse), mode, tokenizer=tokenizer)
+
+
 def load_model(path: str | Path, mode: str = "fp32", sparse: bool = True) -> Model:
     """Load a Qwen3.5 checkpoint directory: config, weights (memory-mapped, checked before use), and the
     tokenizer when tokenizer.json is present (else model.tokenizer is None)."""
     from .tokenizer import load_tokenizer
 
-    if mode not in MODES:
-        raise ModelInputError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+    check_mode(mode)
     path = Path(path)
     config = load_config(path)
     weights = load_weights(path, config, sparse=sparse)

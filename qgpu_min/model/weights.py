@@ -15,7 +15,7 @@ from . import kernels
 from .bf16 import bf16_to_f32
 from .config import TextConfig
 from .errors import CheckpointError
-from .safetensors_io import MappedFiles, TensorInfo, read_checkpoint_headers
+from .safetensors_io import NUMPY_DTYPES, MappedFiles, read_checkpoint_headers
 
 SKIPPED_PREFIXES = ("model.visual.", "mtp.")  # vision tower and multi-token-prediction head: not text
 MATRIX = "matrix"  # stored BF16, kept mapped, multiplied by the bf16 kernels
@@ -83,21 +83,21 @@ def is_text_tensor(name: str, cfg: TextConfig) -> bool:
     return name.startswith(cfg.tensor_prefix) or name == "lm_head.weight"
 
 
-def check_tensors(found: dict[str, TensorInfo], cfg: TextConfig) -> None:
-    """Every expected tensor present with its shape and an allowed dtype, nothing unexpected; one error
-    listing every problem."""
+def check_tensors(found: dict[str, tuple[str, tuple[int, ...]]], cfg: TextConfig) -> None:
+    """found: name -> (safetensors dtype, shape). Every expected tensor present with its shape and an allowed
+    dtype, nothing unexpected; one error listing every problem."""
     expected = expected_tensors(cfg)
     problems = []
     for name, e in expected.items():
-        info = found.get(name)
-        if info is None:
+        if name not in found:
             problems.append(f"missing tensor {name} (expected shape {list(e.shape)})")
             continue
-        if info.shape != e.shape:
-            problems.append(f"tensor {name}: expected shape {list(e.shape)}, found {list(info.shape)}")
+        dtype, shape = found[name]
+        if shape != e.shape:
+            problems.append(f"tensor {name}: expected shape {list(e.shape)}, found {list(shape)}")
         allowed = ("BF16",) if e.kind == MATRIX else ("BF16", "F32")
-        if info.dtype not in allowed:
-            problems.append(f"tensor {name}: expected dtype {' or '.join(allowed)}, found {info.dtype}")
+        if dtype not in allowed:
+            problems.append(f"tensor {name}: expected dtype {' or '.join(allowed)}, found {dtype}")
     for name in sorted(set(found) - set(expected)):
         problems.append(f"unexpected tensor {name} (the config has {cfg.num_hidden_layers} layers: "
                         f"{', '.join(sorted(set(cfg.layer_types)))})")
@@ -119,7 +119,7 @@ class Weights:
     lm_head: np.ndarray
     final_norm: np.ndarray
     layers: list[dict[str, object]]
-    files: MappedFiles
+    files: MappedFiles | None  # keeps the memory maps of a loaded checkpoint open
 
 
 # checkpoint suffix -> short name used by the forward pass
@@ -139,16 +139,14 @@ def _vector(a: np.ndarray) -> np.ndarray:
     return bf16_to_f32(a) if a.dtype == np.uint16 else np.array(a, dtype=np.float32)
 
 
-def load_weights(model_dir: str | Path, cfg: TextConfig, sparse: bool = True) -> Weights:
-    """Check every header against the config, then map the tensors. `sparse`: store mostly-zero matrices
-    as CSR (exact: zero weights contribute nothing)."""
-    found = read_checkpoint_headers(model_dir, keep=lambda n: is_text_tensor(n, cfg))
-    check_tensors(found, cfg)
-    files = MappedFiles()
+def build_weights(cfg: TextConfig, arrays: dict[str, np.ndarray], sparse: bool = True,
+                  files: MappedFiles | None = None) -> Weights:
+    """Weights from checked arrays (full tensor name -> stored array, BF16 as uint16 bits). Matrices are
+    kept as they are (no copy); `sparse`: mostly-zero matrices become CSR (exact: zeros add nothing)."""
     expected = expected_tensors(cfg)
 
     def get(name: str) -> object:
-        a = files.array(found[name])
+        a = arrays[name]
         if expected[name].kind == VECTOR:
             return _vector(a)
         if sparse and _is_mostly_zero(a):
@@ -159,11 +157,31 @@ def load_weights(model_dir: str | Path, cfg: TextConfig, sparse: bool = True) ->
     layers = []
     for i in range(cfg.num_hidden_layers):
         prefix = f"{p}layers.{i}."
-        layer = {short: get(prefix + suffix) for suffix, short in SHORT_NAMES.items() if prefix + suffix in found}
+        layer = {short: get(prefix + suffix) for suffix, short in SHORT_NAMES.items() if prefix + suffix in arrays}
         if "conv" in layer:
             layer["conv"] = np.ascontiguousarray(layer["conv"][:, 0, :])  # [C, 1, K] -> [C, K]
         layers.append(layer)
-    embed = files.array(found[f"{p}embed_tokens.weight"])
-    lm_head = embed if cfg.tie_word_embeddings else files.array(found["lm_head.weight"])
-    return Weights(embed=embed, lm_head=lm_head, final_norm=_vector(files.array(found[f"{p}norm.weight"])),
-                   layers=layers, files=files)
+    embed = arrays[f"{p}embed_tokens.weight"]
+    lm_head = embed if cfg.tie_word_embeddings else arrays["lm_head.weight"]
+    return Weights(embed=embed, lm_head=lm_head, final_norm=_vector(arrays[f"{p}norm.weight"]), layers=layers,
+                   files=files)
+
+
+def load_weights(model_dir: str | Path, cfg: TextConfig, sparse: bool = True) -> Weights:
+    """Check every header against the config, then map the tensors (vision and MTP tensors skipped)."""
+    found = read_checkpoint_headers(model_dir, keep=lambda n: is_text_tensor(n, cfg))
+    check_tensors({n: (i.dtype, i.shape) for n, i in found.items()}, cfg)
+    files = MappedFiles()
+    return build_weights(cfg, {n: files.array(i) for n, i in found.items()}, sparse, files)
+
+
+def weights_from_arrays(cfg: TextConfig, tensors: dict[str, np.ndarray], sparse: bool = True) -> Weights:
+    """Weights from in-memory tensors named as in a checkpoint (BF16 as uint16 bits, F32 as float32),
+    checked exactly like a checkpoint's; names outside the text model (vision, MTP) are ignored."""
+    text = {n: a for n, a in tensors.items() if is_text_tensor(n, cfg)}
+    dtype_names = {v: k for k, v in NUMPY_DTYPES.items()}
+    for name, a in text.items():
+        if not isinstance(a, np.ndarray):
+            raise CheckpointError(f"tensor {name}: expected a NumPy array, got {type(a).__name__}")
+    check_tensors({n: (dtype_names.get(a.dtype, str(a.dtype)), a.shape) for n, a in text.items()}, cfg)
+    return build_weights(cfg, {n: np.ascontiguousarray(a) for n, a in text.items()}, sparse)
