@@ -6,6 +6,11 @@ reconvergence layout) -> lower_regalloc (15 registers) -> pack each basic block 
 
 Kernel parameters are not in memory: each `ld.param` becomes `ADD rd, rz, imm` whose imm the launch
 sets to the argument (an array's base address or a scalar), recorded in Program.param_slots.
+
+Memory: .global/.const variables (with initial values) and .shared variables from address 0; each
+thread's frame (its .local variables, then register spill slots) at the top of memory, thread t
+(t = tid.lin) at MEM - (t + 1) * frame, addressed as tid.lin * -frame + (MEM - frame + offset).
+The launch's arrays go between the two.
 """
 from __future__ import annotations
 
@@ -52,14 +57,10 @@ def memory_layout(module: PtxModule, kernel: Function) -> MemoryLayout:
             frame = _align(frame, max(d.align, 4))
             lay.local_depot[d.name] = frame
             frame += d.elem_bytes * d.count
-    addr = _align(addr, 4)
-    lay.local_base, lay.local_bytes = addr, _align(frame, 4)
-    if frame:
-        lay.entries.append(("local", f"{MAX_THREADS_PER_CTA} thread frames of {lay.local_bytes} bytes", addr,
-                            lay.local_bytes * MAX_THREADS_PER_CTA))
-    lay.static_bytes = addr + lay.local_bytes * MAX_THREADS_PER_CTA
-    if lay.static_bytes > MEM_WORDS * 4:
-        words = lay.static_bytes // 4
+    lay.static_bytes = _align(addr, 4)
+    lay.local_bytes = lay.frame_bytes = _align(frame, 4)
+    if lay.static_bytes + lay.frame_bytes > MEM_WORDS * 4:
+        words = (lay.static_bytes + lay.frame_bytes) // 4
         raise CapacityError(f"the kernel's variables need {words} words of memory; the machine has {MEM_WORDS} "
                             f"(over by {words - MEM_WORDS})")
     return lay
@@ -95,6 +96,14 @@ def lower(module: PtxModule, kernel: Function) -> Lowered:
     blocks = thread_jumps(build_blocks(code))
     order = layout(blocks)
     colour = allocate(blocks, order, lay)
+    top = MEM_WORDS * 4 - lay.frame_bytes
+    for n in order:
+        for v in blocks[n].ops:
+            if v.frame:
+                v.imm = -lay.frame_bytes if v.frame[0] == "neg" else top + v.frame[1]
+    if lay.frame_bytes:
+        lay.entries.append(("local", f"per-thread frames of {lay.frame_bytes} bytes, thread t at "
+                            f"{MEM_WORDS * 4:#x} - (t+1)*{lay.frame_bytes}", top, lay.frame_bytes))
     machine: list[Block] = []
     start: dict[str, int] = {}
     fixups: list[tuple[int, V]] = []

@@ -50,9 +50,9 @@ class MemoryLayout:
     """Compile-time part of the memory map (byte addresses)."""
     symbols: dict[str, int]           # .global/.const/.shared variable -> address
     local_depot: dict[str, int]       # .local variable -> offset in the per-thread local frame
-    local_base: int = 0
-    local_bytes: int = 0              # per thread
-    static_bytes: int = 0             # end of the static region
+    local_bytes: int = 0              # .local variables per thread (the start of each frame)
+    frame_bytes: int = 0              # per-thread frame: .local variables, then spill slots
+    static_bytes: int = 0             # end of the variables; arrays follow, frames sit at the top
     init: dict[int, int] = field(default_factory=dict)   # byte address -> initial byte
     entries: list[tuple[str, str, int, int]] = field(default_factory=list)   # (space, name, address, bytes)
 
@@ -182,10 +182,10 @@ class Lowerer:
         raise self.err(f"unknown symbol {name}")
 
     def local_address(self, offset: int) -> str:
-        """Per-thread .local frame: local_base + (tid.x + tid.y * ntid.x) * frame + offset."""
+        """Per-thread frame at the top of memory: MEM - (tid.lin + 1) * frame + offset."""
         t = self.emit("S2R", self.tmp(), b=SPECIAL["tid.lin"])
-        self.emit("MUL", t, t, self.layout.local_bytes)
-        return self.emit("ADD", t, t, self.layout.local_base + offset)
+        self.emit("MUL", t, t, 0, frame=("neg",))
+        return self.emit("ADD", t, t, 0, frame=("top", offset))
 
     def ext(self, x: str | int, kind: str, w: int) -> str | int:
         """Sign/zero-extend the low w bits (w < 32); identity for 32/64-bit and predicates."""

@@ -2,12 +2,12 @@
 
 Dead ALU operations are dropped first. Moves are coalesced by preference (a value takes its move
 partner's colour when it is free) and moves that become `rX = rX` are dropped later. A value that gets
-no register is spilled: it lives in a per-thread memory slot (slot base + 4 * tid.lin), loaded before
+no register is spilled: it lives in a slot of the thread's frame (see lower.py), loaded before
 each use and stored after each definition; each such access is a memory op, so it costs a block.
 """
 from __future__ import annotations
 
-from ..machine.isa import ALU_OPS, MAX_THREADS_PER_CTA, MEM_WORDS, SPECIAL, CapacityError
+from ..machine.isa import ALU_OPS, MEM_WORDS, SPECIAL, CapacityError
 from .lower_cfg import BB
 from .lower_ir import RZ, LoweringError, V
 from .lower_ops import MemoryLayout
@@ -138,7 +138,7 @@ def _spill(name: str, blocks: dict[str, BB], order: list[str], offset: int) -> N
     def addr(line: int) -> tuple[list[V], str]:
         a = fresh()
         return [V("S2R", a, imm=SPECIAL["tid.lin"], bimm=True, line=line),
-                V("SHL", a, a, imm=2, bimm=True, line=line)], a
+                V("MUL", a, a, bimm=True, frame=("neg",), line=line)], a
 
     for bname in order:
         b = blocks[bname]
@@ -147,7 +147,7 @@ def _spill(name: str, blocks: dict[str, BB], order: list[str], offset: int) -> N
             if name in _uses(v):
                 code, a = addr(v.line)
                 t = fresh()
-                ops += code + [V("LD", t, a, imm=offset, line=v.line)]
+                ops += code + [V("LD", t, a, frame=("top", offset), line=v.line)]
                 v.a, v.b, v.c = (t if r == name else r for r in (v.a, v.b, v.c))
             if v is b.term:
                 break
@@ -155,7 +155,7 @@ def _spill(name: str, blocks: dict[str, BB], order: list[str], offset: int) -> N
                 t = fresh()
                 v.d = t
                 code, a = addr(v.line)
-                ops += [v] + code + [V("ST", RZ, a, t, imm=offset, line=v.line)]
+                ops += [v] + code + [V("ST", RZ, a, t, frame=("top", offset), line=v.line)]
             else:
                 ops.append(v)
         b.ops = ops
@@ -171,12 +171,12 @@ def allocate(blocks: dict[str, BB], order: list[str], layout: MemoryLayout) -> d
         for name in failed:
             if name.startswith("$s"):
                 break
-            offset = layout.static_bytes
-            layout.static_bytes += 4 * MAX_THREADS_PER_CTA
-            layout.entries.append(("local", f"spill slot of {name.split('@')[0]}", offset, 4 * MAX_THREADS_PER_CTA))
-            if layout.static_bytes > MEM_WORDS * 4:
-                raise CapacityError(f"register spill slots need {layout.static_bytes // 4} words of memory; the "
-                                    f"machine has {MEM_WORDS} (over by {layout.static_bytes // 4 - MEM_WORDS})")
+            offset = layout.frame_bytes
+            layout.frame_bytes += 4
+            need = (layout.static_bytes + layout.frame_bytes) // 4
+            if need > MEM_WORDS:
+                raise CapacityError(f"register spill slots need {need} words of memory; the machine has "
+                                    f"{MEM_WORDS} (over by {need - MEM_WORDS})")
             _spill(name, blocks, order, offset)
         else:
             continue

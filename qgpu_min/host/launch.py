@@ -1,9 +1,9 @@
 """compile_kernel and launch: CUDA/PTX -> machine program, and a launch on a backend (docs/interfaces.md §2).
 
 Memory map of a launch (byte addresses, one unified memory of isa.MEM_WORDS words): the kernel's
-.global/.const variables (with their initial values), its .shared variables, the per-thread .local
-frames (isa.MAX_THREADS_PER_CTA of them), then the launch's arrays in parameter order, each starting
-on a word. A pointer parameter's value is its array's base address; kernel parameters reach the
+.global/.const variables (with their initial values) and .shared variables from 0, then the launch's
+arrays in parameter order, each starting on a word; the threads' frames (.local variables and spill
+slots, one per thread of the block) fill memory downward from the top. A pointer parameter's value is its array's base address; kernel parameters reach the
 program as immediates (Program.param_slots), not through memory.
 """
 from __future__ import annotations
@@ -174,7 +174,7 @@ def format_kernel(k: CompiledKernel) -> str:
              "memory map (bytes):"]
     for space, name, addr, size in lay.entries:
         lines.append(f"  {addr:#06x}..{addr + size:#06x}  .{space} {name}")
-    lines.append(f"  {lay.static_bytes:#06x}..        launch arrays, in parameter order")
+    lines.append(f"  {lay.static_bytes:#06x}..        launch arrays, in parameter order, up to the thread frames")
     lines.append(format_program(k.program))
     return "\n".join(lines)
 
@@ -226,6 +226,7 @@ def launch(kernel: CompiledKernel, args: list, grid=(1, 1), block=(LANES, 1), ba
     for a, v in lay.init.items():
         mem_bytes[a] = v
     addr = (lay.static_bytes + 3) // 4 * 4
+    frames = lay.frame_bytes * block[0] * block[1]
     values: list[int] = []
     arrays: list[tuple[str, int, int, bool, int]] = []
     for p, a in zip(kernel.params, args):
@@ -241,10 +242,11 @@ def launch(kernel: CompiledKernel, args: list, grid=(1, 1), block=(LANES, 1), ba
         lo = -(1 << (8 * e - 1))
         items = [_check_value(v, lo, 1 << (8 * e), f"argument {p.name}[{i}]") for i, v in enumerate(a)]
         size = (len(items) * e + 3) // 4 * 4
-        if addr + size > MEM_WORDS * 4:
-            need = (addr + size) // 4
-            raise CapacityError(f"the launch needs {need} words of memory (kernel variables and arrays up to "
-                                f"{p.name}); the machine has {MEM_WORDS} (over by {need - MEM_WORDS})")
+        if addr + size + frames > MEM_WORDS * 4:
+            need = (addr + size + frames) // 4
+            raise CapacityError(f"the launch needs {need} words of memory (kernel variables, arrays up to "
+                                f"{p.name}, {frames // 4} words of thread frames); the machine has {MEM_WORDS} "
+                                f"(over by {need - MEM_WORDS})")
         for i, v in enumerate(items):
             mem_bytes[addr + i * e: addr + (i + 1) * e] = (v & ((1 << 8 * e) - 1)).to_bytes(e, "little")
         values.append(addr)
