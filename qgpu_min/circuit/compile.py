@@ -328,15 +328,23 @@ def _mem_heads(p: Plan, op: MemOp, first_head: int, qkv: Coo, z: Coo, b: Coo, ou
     key0, val0 = H * hd, 2 * H * hd
     c0 = p.const_dims[0]
     offsets = np.cumsum([0] + list(op.mem.fields))
+    wa = op.write_addr
+
+    def key_elems(a: int) -> list[int]:  # write-address elements that put a key on row a
+        if wa is None:
+            return []
+        return [a, op.mem.rows + 1] if wa.size == op.mem.rows + 2 else [a]
+
     for port, addr in enumerate(op.read_addrs):
         h = first_head + port
         for a in range(op.mem.rows):
             dq = _term_dims(p, addr, a)
             if dq is not None:
                 qkv.add(h * hd + a, dq, A_KEY)
-            dk = _term_dims(p, op.write_addr, a) if op.write_addr is not None else None
-            if dk is not None:
-                qkv.add(key0 + h * hd + a, dk, A_KEY)
+            for e in key_elems(a):
+                dk = _term_dims(p, op.write_addr, e)
+                if dk is not None:
+                    qkv.add(key0 + h * hd + a, dk, A_KEY)
         for i, g in enumerate(op.write_value):
             for e in range(g.size):
                 d = _term_dims(p, g, e)

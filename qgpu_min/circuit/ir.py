@@ -89,9 +89,13 @@ class Memory:
 
 @dataclass(eq=False)
 class MemOp:
-    """One access per token: an optional write (address group of size rows+1, last element = no write)
-    and any number of read ports (address groups of size rows), each a copy of the memory in its own head.
-    Reads see this token's own write."""
+    """One access per token: an optional write and any number of read ports (address groups of size rows),
+    each a copy of the memory in its own head. Reads see this token's own write.
+
+    The write address group has size rows+1 (element rows = no write) or rows+2 (element rows+1 = write
+    every row at once: a key spread evenly over all rows stores the value, scaled, in each; reads undo the
+    scale because the head's output norm is scale-free). Initialise a memory that way before reading rows
+    that were never written: an empty row reads as no active element at all."""
 
     mem: Memory
     write_addr: Group | None
@@ -183,8 +187,9 @@ class Circuit:
         if any(op.mem is mem for op in self.ops if isinstance(op, MemOp)):
             raise CircuitError(f"memory {mem.name} is accessed twice; give each memory one access op")
         if write_addr is not None:
-            if write_addr.size != mem.rows + 1:
-                raise CircuitError(f"memory {mem.name}: write address needs size {mem.rows + 1} (last = none)")
+            if write_addr.size not in (mem.rows + 1, mem.rows + 2):
+                raise CircuitError(f"memory {mem.name}: write address needs size {mem.rows + 1} (last = none) or "
+                                   f"{mem.rows + 2} (then last = all rows)")
             if [g.size for g in write_value] != list(mem.fields):
                 raise CircuitError(f"memory {mem.name}: write value sizes {[g.size for g in write_value]} "
                                    f"!= fields {list(mem.fields)}")

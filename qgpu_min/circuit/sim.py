@@ -61,6 +61,8 @@ def _eval_mem(values: Values, op: MemOp, state: dict, batch: int) -> None:
         w = addr < op.mem.rows
         vals = np.stack([group_value(values, g, batch) for g in op.write_value], axis=1)
         rows[idx[w], addr[w]] = vals[w]
+        every = addr == op.mem.rows + 1
+        rows[every] = vals[every][:, None, :]
     for port, a in enumerate(op.read_addrs):
         addr = group_value(values, a, batch)
         got = rows[idx, addr]
