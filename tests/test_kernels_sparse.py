@@ -74,3 +74,15 @@ def test_inconsistent_csr_is_rejected():
         R.SparseBF16(**{**ok, "indptr": np.array([0, 2, 1], np.int64)})
     with pytest.raises(K.KernelInputError, match="2-D uint16"):
         R.SparseBF16.from_dense(np.zeros((2, 2), np.float32))
+
+
+def test_from_dense_across_row_chunks():
+    # 3000 x 2000 spans two of from_dense's row chunks (about 4M weights each).
+    rng = np.random.default_rng(8)
+    w = np.zeros((3000, 2000), np.uint16)
+    rows, cols = rng.integers(0, 3000, 500), rng.integers(0, 2000, 500)
+    w[rows, cols] = rng.integers(1, 0x7F80, 500).astype(np.uint16)
+    w[2999, 1999] = 0x3F80
+    sp = R.SparseBF16.from_dense(w)
+    assert sp.nnz == R.count_nonzero_bf16(w) == np.count_nonzero(w)
+    assert np.array_equal(sp.to_dense(), w)

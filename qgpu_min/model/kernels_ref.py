@@ -73,12 +73,20 @@ class SparseBF16:
                 f"{_describe(w_bits)}")
         if w_bits.shape[1] >= 2**31:
             raise KernelInputError(f"SparseBF16: {w_bits.shape[1]} columns exceed the int32 column index")
-        nonzero = (w_bits & np.uint16(0x7FFF)) != 0  # +0 is 0x0000, -0 is 0x8000
-        rows, cols = np.nonzero(nonzero)  # row-major order: rows ascending, columns ascending within a row
-        indptr = np.zeros(w_bits.shape[0] + 1, dtype=np.int64)
-        np.cumsum(np.bincount(rows, minlength=w_bits.shape[0]), out=indptr[1:])
-        return cls(shape=(int(w_bits.shape[0]), int(w_bits.shape[1])), indptr=indptr,
-                   indices=cols.astype(np.int32), values=np.ascontiguousarray(w_bits[rows, cols]))
+        out = w_bits.shape[0]
+        counts = np.zeros(out, dtype=np.int64)
+        indices, values = [], []
+        for r0 in range(0, out, _chunk_rows(w_bits)):  # row chunks: temporaries stay small
+            block = w_bits[r0:r0 + _chunk_rows(w_bits)]
+            rows, cols = np.nonzero(block & np.uint16(0x7FFF))  # +0 is 0x0000, -0 is 0x8000; row-major order
+            counts[r0:r0 + block.shape[0]] = np.bincount(rows, minlength=block.shape[0])
+            indices.append(cols.astype(np.int32))
+            values.append(block[rows, cols])
+        indptr = np.zeros(out + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        return cls(shape=(int(out), int(w_bits.shape[1])), indptr=indptr,
+                   indices=np.concatenate(indices or [np.zeros(0, np.int32)]),
+                   values=np.concatenate(values or [np.zeros(0, np.uint16)]))
 
     def to_dense(self) -> np.ndarray:
         """The dense uint16 [out, in] matrix (for tests and inspection)."""
@@ -96,10 +104,25 @@ def _describe(a: object) -> str:
     return f"{type(a).__name__}"
 
 
+def _chunk_rows(w_bits: np.ndarray) -> int:
+    """Rows per chunk of about 4M weights, so a large mmap'd weight is never widened or copied whole."""
+    return max(1, (1 << 22) // max(1, w_bits.shape[1]))
+
+
+def count_nonzero_bf16(w_bits: np.ndarray) -> int:
+    """Nonzero bf16 values in a uint16 matrix (-0 counts as zero)."""
+    rows = _chunk_rows(w_bits)
+    return sum(int(np.count_nonzero(w_bits[r:r + rows] & np.uint16(0x7FFF)))
+               for r in range(0, w_bits.shape[0], rows))
+
+
 def maybe_sparse(w_bits: np.ndarray, max_density: float = SPARSE_MAX_DENSITY) -> np.ndarray | SparseBF16:
     """The operand to hand to matvec_bf16/matmul_bf16: CSR when few weights are nonzero, else w_bits itself."""
-    sparse = SparseBF16.from_dense(w_bits)
-    return sparse if sparse.density <= max_density else w_bits
+    if not isinstance(w_bits, np.ndarray) or w_bits.dtype != np.uint16 or w_bits.ndim != 2:
+        raise KernelInputError(f"maybe_sparse needs a 2-D uint16 array of bf16 bits, got {_describe(w_bits)}")
+    if count_nonzero_bf16(w_bits) > max_density * w_bits.size:
+        return w_bits
+    return SparseBF16.from_dense(w_bits)
 
 
 def matvec_bf16(w_bits: np.ndarray | SparseBF16, x: np.ndarray) -> np.ndarray:
