@@ -17,7 +17,7 @@ import numpy as np
 
 from qgpu_min._core import ffi, lib
 from qgpu_min.model.kernels_ref import (  # noqa: F401  (re-exported: same API as kernels_ref)
-    SPARSE_MAX_DENSITY, KernelInputError, SparseBF16, l2norm, maybe_sparse, silu)
+    SPARSE_MAX_DENSITY, KernelInputError, SparseBF16, count_nonzero_bf16, l2norm, maybe_sparse, silu)
 
 ISA_NAMES = ("generic", "avx2", "avx512")
 
