@@ -9,6 +9,7 @@ import pytest
 from qgpu_min.model import load_model, model_from_tensors
 from qgpu_min.model.bf16 import round_bf16
 from qgpu_min.model.errors import CheckpointError, ModelInputError
+from qgpu_min.model import kernels
 from qgpu_min.model.kernels import SparseBF16
 from qgpu_min.model.safetensors_io import MappedFiles, read_checkpoint_headers, write_checkpoint_weights
 from qgpu_min.model.synthetic import write_synthetic_checkpoint
@@ -189,7 +190,11 @@ def test_forward_hidden_is_what_the_lm_head_sees(model):
     assert hidden.shape == (len(IDS), 64) and hidden.dtype == np.float32
     logits = model.prefill(model.new_state(), IDS, all_logits=True)
     assert np.allclose(model.logits(hidden), logits, rtol=1e-6, atol=1e-6)
-    assert np.array_equal(model.embed([3, 4]), model.embed([3, 4]))
+    outs = []
+    model.forward_hidden(model.new_state(), IDS, layer_outputs=outs)
+    assert len(outs) == 4 and all(o.shape == (len(IDS), 64) for o in outs)
+    eps = model.config.rms_norm_eps
+    assert np.allclose(hidden, kernels.rmsnorm(outs[-1], model.weights.final_norm, eps, plus_one=True))
 
 
 def test_bf16_mode_rounds_and_mostly_agrees(tiny, model):

@@ -104,13 +104,16 @@ class Model:
         ids = self._check_ids(token_ids)
         return bf16_to_f32(self.weights.embed[ids])
 
-    def forward_hidden(self, state: State, token_ids) -> np.ndarray:
+    def forward_hidden(self, state: State, token_ids, layer_outputs: list | None = None) -> np.ndarray:
         """Run the tokens through every layer, advancing `state`; returns the final-norm output f32
-        (T, hidden), what the LM head sees."""
+        (T, hidden), what the LM head sees. A list passed as layer_outputs receives the residual stream
+        f32 (T, hidden) after each layer, in layer order."""
         h = self.embed(token_ids)
         with np.errstate(over="ignore"):  # exp overflowing to inf is how sigmoid/silu reach exactly 0
             for i, kind in enumerate(self.config.layer_types):
                 h = self._layer(state, i, kind, h)
+                if layer_outputs is not None:
+                    layer_outputs.append(h)
         state.pos += h.shape[0]
         return self.r(kernels.rmsnorm(h, self.weights.final_norm, self.config.rms_norm_eps, plus_one=True))
 
