@@ -537,6 +537,11 @@ def test_labels_lines_and_skipped_directives(handwritten):
     (".version 7.0\n.entry k()\n{\n\tret;\n", 2, "function k has no closing brace"),
     (".version 7.0\n.global .u32 g[2] = {1, 2, 3};\n", 2, "3 initial values for 2 elements"),
     (".version 7.0\n.entry k()\n{\n\t.bogus 1;\n}\n", 4, "unknown directive"),
+    (".version 7.0\n.entry k(.param .b32 )\n{\n}\n", 2, "expected a parameter name"),
+    (".version 7.0\n.entry k()\n{\n\t.reg .b32 ;\n}\n", 4, "expected a register name"),
+    (".version 7.0\n.entry k()\n{\n\tmov.u32 %r1 %r2;\n}\n", 4, "expected ','"),
+    (".version 7.0\n.entry k()\n{\n\t@%p1;\n}\n", 4, "expected an instruction"),
+    (".version 7.0\n.address_size 48\n", 2, "address size 48"),
 ])
 def test_malformed_ptx_names_the_line(text, line, what):
     with pytest.raises(PtxParseError) as info:

@@ -311,6 +311,13 @@ _SREG_RE = re.compile(
 _SPECIAL_NAMES = {"WARP_SZ"}
 
 
+def _expect_name(cur: _Cursor, what: str) -> _Tok:
+    tok = cur.next()
+    if tok.kind != "name" or tok.text.startswith("."):
+        raise cur.error(tok, f"expected {what}, found {tok.text!r}")
+    return tok
+
+
 def _parse_int(cur: _Cursor, tok: _Tok, negative: bool = False) -> int:
     m = _INT_RE.fullmatch(tok.text)
     if m is None:
@@ -433,9 +440,7 @@ def _parse_call_operands(cur: _Cursor) -> tuple:
     ret = _parse_paren_list(cur) if cur.peek_text() == "(" else None
     if ret is not None:
         cur.expect(",")
-    fn_tok = cur.next()
-    if fn_tok.kind != "name":
-        raise cur.error(fn_tok, "expected a function name in call")
+    fn_tok = _expect_name(cur, "a function name in call")
     args = Vec(())
     if cur.accept(","):
         if cur.peek_text() == "(":
@@ -547,9 +552,7 @@ def _pad_init(cur: _Cursor, name_tok: _Tok, init: list[int], count: int) -> list
 def _parse_var_decl(cur: _Cursor, space: str) -> VarDecl:
     """After the state-space word: `.align 4 .b8 name[32] = {...};`."""
     vtype, align = _parse_type_and_align(cur)
-    name_tok = cur.next()
-    if name_tok.kind != "name":
-        raise cur.error(name_tok, "expected a variable name")
+    name_tok = _expect_name(cur, "a variable name")
     count = _parse_dims(cur)
     init = _parse_init(cur, name_tok) if cur.accept("=") else None
     cur.expect(";")
@@ -566,7 +569,7 @@ def _parse_reg_decl(cur: _Cursor) -> list[RegDecl]:
         raise cur.error(tok, f"unknown register type {tok.text!r}")
     decls = []
     while True:
-        name = cur.next()
+        name = _expect_name(cur, "a register name")
         count = None
         if cur.accept("<"):
             count = _parse_int(cur, cur.next())
@@ -580,7 +583,7 @@ def _parse_reg_decl(cur: _Cursor) -> list[RegDecl]:
 def _parse_param(cur: _Cursor) -> Param:
     cur.expect(".param")
     vtype, _ = _parse_type_and_align(cur)
-    name = cur.next()
+    name = _expect_name(cur, "a parameter name")
     count = _parse_dims(cur)
     return Param(name.text, vtype, max(1, type_width(vtype) // 8) * max(count, 1))
 
@@ -654,9 +657,7 @@ def _parse_function(cur: _Cursor, is_kernel: bool) -> Function | None:
     """After `.entry`/`.func`; returns None for a declaration without a body."""
     start = cur.peek()
     returns = _parse_param_list(cur) if cur.peek_text() == "(" else []
-    name = cur.next()
-    if name.kind != "name":
-        raise cur.error(name, "expected a function name")
+    name = _expect_name(cur, "a function name")
     params = _parse_param_list(cur) if cur.peek_text() == "(" else []
     while cur.peek() and cur.peek_text() not in ("{", ";"):
         cur.next()  # performance directives: .maxntid 256, 1, 1 etc.
