@@ -9,7 +9,7 @@ import pytest
 from qgpu_min.model import load_model, model_from_tensors
 from qgpu_min.model.bf16 import round_bf16
 from qgpu_min.model.errors import CheckpointError, ModelInputError
-from qgpu_min.model import kernels
+from qgpu_min.model import forward, kernels
 from qgpu_min.model.kernels import SparseBF16
 from qgpu_min.model.safetensors_io import MappedFiles, read_checkpoint_headers, write_checkpoint_weights
 from qgpu_min.model.synthetic import write_synthetic_checkpoint
@@ -334,3 +334,10 @@ def test_model_from_in_memory_tensors(tiny, model):
         model_from_tensors(config, tensors)
     assert "missing tensor model.language_model.layers.3.mlp.up_proj.weight" in str(e.value)
     assert "tensor model.language_model.norm.weight: expected dtype BF16 or F32, found F64" in str(e.value)
+
+
+def test_blocked_prefill_attention_equals_unblocked(model, monkeypatch):
+    whole = model.prefill(model.new_state(), IDS, all_logits=True)
+    monkeypatch.setattr(forward, "ATTENTION_BLOCK", 3)
+    blocked = model.prefill(model.new_state(), IDS, all_logits=True)
+    assert np.abs(blocked - whole).max() <= 1e-5 * np.abs(whole).max()  # BLAS sums in another order

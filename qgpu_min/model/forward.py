@@ -36,6 +36,7 @@ from .errors import ModelInputError
 from .weights import Weights, load_weights, weights_from_arrays
 
 MODES = ("fp32", "bf16")
+ATTENTION_BLOCK = 256  # prefill queries attended at a time
 
 
 def check_mode(mode: str) -> None:
@@ -239,6 +240,20 @@ class Model:
         state.values[i][:, state.pos:end] = v.transpose(1, 0, 2)
         return state.keys[i][:, :end], state.values[i][:, :end]
 
+    def _attend(self, q: np.ndarray, keys: np.ndarray, values: np.ndarray, pos0: int) -> np.ndarray:
+        """Causal softmax attention of queries q (T, nq, hd) at positions pos0.. over the cache (nkv, S, hd);
+        query head h reads kv head h // (nq / nkv). Returns (T, nq * hd)."""
+        r, (T, nq, hd), (nkv, S, _) = self.r, q.shape, keys.shape
+        group = nq // nkv
+        qh = q.transpose(1, 0, 2).reshape(nkv, group * T, hd)
+        scores = r(r(qh @ keys.transpose(0, 2, 1)) * np.float32(hd ** -0.5)).reshape(nkv, group, T, S)
+        visible = np.arange(S)[None, :] <= (pos0 + np.arange(T))[:, None]  # (T, S)
+        scores = np.where(visible, scores, -np.inf)
+        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        probs = r(scores / scores.sum(axis=-1, keepdims=True))
+        out = r(probs.reshape(nkv, group * T, S) @ values)  # (nkv, group*T, hd)
+        return out.reshape(nq, T, hd).transpose(1, 0, 2).reshape(T, nq * hd)
+
     def _attention(self, state: State, i: int, w: dict, u: np.ndarray) -> np.ndarray:
         cfg, r, T = self.config, self.r, u.shape[0]
         nq, nkv, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
@@ -253,16 +268,9 @@ class Model:
         q = self._rope(self._norm(q, w["q_norm"]), state.pos)
         k = self._rope(self._norm(k, w["k_norm"]), state.pos)
         keys, values = self._append_kv(state, i, k, v)  # (nkv, S, hd)
-        S, group = keys.shape[1], nq // nkv
-        # query head h uses kv head h // group
-        qh = q.transpose(1, 0, 2).reshape(nkv, group * T, hd)
-        scores = r(r(qh @ keys.transpose(0, 2, 1)) * np.float32(hd ** -0.5)).reshape(nkv, group, T, S)
-        visible = np.arange(S)[None, :] <= (state.pos + np.arange(T))[:, None]  # causal (T, S)
-        scores = np.where(visible, scores, -np.inf)
-        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
-        probs = r(scores / scores.sum(axis=-1, keepdims=True))
-        out = r(probs.reshape(nkv, group * T, S) @ values)  # (nkv, group*T, hd)
-        out = out.reshape(nq, T, hd).transpose(1, 0, 2).reshape(T, nq * hd)
+        # queries in blocks, so a long prompt's score matrix stays small
+        out = np.concatenate([self._attend(q[t:t + ATTENTION_BLOCK], keys, values, state.pos + t)
+                              for t in range(0, T, ATTENTION_BLOCK)])
         if gate is not None:
             out = r(out * r(_sigmoid(gate)))
         return self._linear(w["o"], np.ascontiguousarray(out))
