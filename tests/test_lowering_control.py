@@ -198,3 +198,135 @@ extern "C" __global__ void inc(unsigned *x, unsigned k) { x[threadIdx.x] += k; }
     assert [(p.name, p.kind, p.signed) for p in k.params] == [("x", "ptr", False), ("k", "scalar", False)]
     r = launch(k, [[0xFFFFFFFF, 1, -1], 0xFFFFFFFF], block=3)
     assert r.arrays["x"].tolist() == [0xFFFFFFFE, 0, 0xFFFFFFFE]
+
+
+USERS = r"""
+__device__ int gcd(int a, int b) { while (b) { int t = a % b; a = b; b = t; } return a; }
+__global__ void gcds(const int *a, const int *b, int *o, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) o[i] = gcd(a[i], b[i]);
+}
+__global__ void reverse(int *a, int n) {
+  __shared__ int s[32];
+  int t = threadIdx.x;
+  if (t < n) s[t] = a[t];
+  __syncthreads();
+  if (t < n) a[t] = s[n - 1 - t];
+}
+__global__ void upper(char *s, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n && s[i] >= 'a' && s[i] <= 'z') s[i] -= 32;
+}
+__global__ void amax(const int *a, int *m, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) { atomicMax(m, a[i]); atomicMin(m + 1, a[i]); atomicOr((unsigned*)m + 2, 1u << (a[i] & 31)); }
+}
+__global__ void sieve(int *p, int n) {
+  int t = threadIdx.x + 2;
+  for (int k = t; k < n; k += blockDim.x) {
+    int prime = 1;
+    for (int d = 2; d * d <= k; d++) if (k % d == 0) { prime = 0; break; }
+    p[k] = prime;
+  }
+}
+__global__ void transpose(const int *a, int *b, int w, int h) {
+  __shared__ int tile[4][5];
+  int x = blockIdx.x * 4 + threadIdx.x, y = blockIdx.y * 4 + threadIdx.y;
+  if (x < w && y < h) tile[threadIdx.y][threadIdx.x] = a[y * w + x];
+  __syncthreads();
+  int tx = blockIdx.y * 4 + threadIdx.x, ty = blockIdx.x * 4 + threadIdx.y;
+  if (tx < h && ty < w) b[ty * h + tx] = tile[threadIdx.x][threadIdx.y];
+}
+__global__ void sort4(int *a) {
+  __shared__ int s[16];
+  int t = threadIdx.x;
+  s[t] = a[t];
+  __syncthreads();
+  for (int k = 2; k <= 16; k <<= 1)
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      int p = t ^ j;
+      if (p > t) {
+        int up = (t & k) == 0;
+        if ((s[t] > s[p]) == up) { int tmp = s[t]; s[t] = s[p]; s[p] = tmp; }
+      }
+      __syncthreads();
+    }
+  a[t] = s[t];
+}
+__global__ void fib(unsigned *o, int n) {
+  int i = threadIdx.x;
+  unsigned a = 0, b = 1;
+  for (int k = 0; k < i * 7; k++) { unsigned t = a + b; a = b; b = t; }
+  if (i < n) o[i] = a;
+}
+"""
+
+
+def _fib(k):
+    a, b = 0, 1
+    for _ in range(k):
+        a, b = b, a + b
+    return a
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_kernels_as_users_write_them(compiler):
+    import math
+    rng = np.random.default_rng(1)
+    K = lambda name: compile_kernel(USERS, kernel=name, compiler=compiler)
+    a, b = rng.integers(1, 10000, 40).tolist(), rng.integers(1, 10000, 40).tolist()
+    r = launch(K("gcds"), [a, b, [0] * 40, 40], grid=2, block=8)
+    assert r.arrays["o"].tolist() == [math.gcd(x, y) for x, y in zip(a, b)]
+    a = rng.integers(-9, 9, 21).tolist()
+    assert launch(K("reverse"), [a, 21], block=24).arrays["a"].tolist() == a[::-1]
+    s = [ord(x) for x in "Hello, World! xyz{}"]
+    r = launch(K("upper"), [s, len(s)], grid=3, block=7)
+    assert "".join(map(chr, r.arrays["s"])) == "HELLO, WORLD! XYZ{}"
+    a = rng.integers(-1000, 1000, 30).tolist()
+    r = launch(K("amax"), [a, [-2 ** 31, 2 ** 31 - 1, 0], 30], grid=4, block=8)
+    bits = 0
+    for x in a:
+        bits |= 1 << (x & 31)
+    assert r.arrays["m"].tolist() == [max(a), min(a), bits - (1 << 32) if bits >> 31 else bits]
+    r = launch(K("sieve"), [[0] * 60, 60], block=13)
+    assert r.arrays["p"].tolist()[2:] == [int(all(k % d for d in range(2, int(k ** .5) + 1))) for k in range(2, 60)]
+    w, h = 7, 6
+    A = rng.integers(0, 100, (h, w))
+    r = launch(K("transpose"), [A.ravel().tolist(), [0] * 42, w, h], grid=(2, 2), block=(4, 4))
+    assert r.arrays["b"].tolist() == A.T.ravel().tolist()
+    a = rng.integers(-50, 50, 16).tolist()
+    assert launch(K("sort4"), [a], block=16).arrays["a"].tolist() == sorted(a)
+    r = launch(K("fib"), [[0] * 10, 10], block=10)
+    assert r.arrays["o"].tolist() == [_fib(7 * i) % 2 ** 32 for i in range(10)]
+
+
+SPILL = r"""
+__global__ void many(const int *a, int *o, int n) {
+  int t = threadIdx.x;
+  int v[18];
+#pragma unroll
+  for (int k = 0; k < 18; k++) v[k] = a[(t + k) % n] * (k + 1);
+  int s = 0;
+#pragma unroll
+  for (int k = 0; k < 18; k++) s = s * 3 + (v[k] ^ v[17 - k]);
+  o[t] = s;
+}
+"""
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_register_pressure_spills_to_the_thread_frame(compiler):
+    a = list(range(3, 40, 3))
+    n = len(a)
+    k = compile_kernel(SPILL, compiler=compiler)
+    assert k.memory.frame_bytes > 0                     # it did spill
+    r = launch(k, [a, [0] * 8, n], block=8)
+    want = []
+    for t in range(8):
+        v = [a[(t + j) % n] * (j + 1) for j in range(18)]
+        s = 0
+        for j in range(18):
+            s = (s * 3 + (v[j] ^ v[17 - j])) & 0xFFFFFFFF
+        want.append(s - (1 << 32) if s >> 31 else s)
+    assert r.arrays["o"].tolist() == want
+    with pytest.raises(CapacityError, match=r"thread frames.*over by 1\)"):
+        launch(k, [[0] * (1024 - 8 * k.memory.frame_bytes // 4 - 8 + 1), [0] * 8, 4], block=8)  # one word over

@@ -242,3 +242,10 @@ def test_encode_decode_round_trip():
                (b.pre, b.mem, b.post, b.term, b.live_in, b.live_out)
     assert int(rows[0, 0]) & 63 == 22 and (int(rows[0, 2]) >> 32) == 0xFFFFFFF9   # S2R opcode, imm -7
     assert "ATOM.CAS r6, [r2-8], r3, r4" in format_program(p)
+
+
+def test_docs_mirror_the_isa_docstring():
+    from pathlib import Path
+    import qgpu_min.machine.isa as isa
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "machine.md").read_text()
+    assert isa.__doc__.strip() in doc
