@@ -6,9 +6,9 @@
  * zero-padded, then a fixed halving reduction of the lanes. So within one SIMD level, matmul rows equal
  * matvec results bit for bit, for any thread count. Across levels, only the summation order differs.
  *
- * Blocking: threads own disjoint row ranges of W (every weight byte is read by one thread). Within a range,
- * tiles of TR rows x TT tokens share each loaded weight chunk across TT tokens; a block of TB tokens of X
- * (a few hundred KiB) stays in cache while the range's rows stream past it.
+ * Blocking: threads take disjoint row ranges of W (every weight byte is read by one thread). Within a
+ * range, a tile of 4 rows x T tokens (T = 4 AVX-512, 2 AVX2, 1 generic) reuses each loaded weight chunk
+ * across its T tokens, and a block of tokens of X (~256 KiB) stays in cache while the rows stream past it.
  */
 #include <string.h>
 
