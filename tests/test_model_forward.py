@@ -214,8 +214,10 @@ def test_bad_inputs_are_rejected(model):
         model.prefill(model.new_state(), [1, 512])
     with pytest.raises(ModelInputError, match="non-empty"):
         model.prefill(model.new_state(), [])
+    state = model.new_state()
     with pytest.raises(ModelInputError, match="token id -1"):
-        model.decode(model.new_state(), 1, token_subset=[-1])
+        model.decode(state, 1, token_subset=[-1])
+    assert state.pos == 0 and not state.recurrent[0].any()  # rejected before anything changed
     with pytest.raises(ModelInputError, match="mode must be one of fp32, bf16"):
         load_model(model.path, mode="fp16")
 

@@ -121,20 +121,24 @@ class Model:
     def logits(self, hidden: np.ndarray, token_subset=None) -> np.ndarray:
         """LM-head logits for hidden f32 (hidden,) or (T, hidden): [V] / [T, V], or only the ids of
         `token_subset`, in its order."""
-        w = self.weights.lm_head if token_subset is None else self._subset_rows(token_subset)
-        if hidden.ndim == 1:
-            return self.r(kernels.matvec_bf16(w, hidden))
-        return self.r(kernels.matmul_bf16(w, hidden))
+        return self._apply_head(self._head(token_subset), hidden)
 
     def prefill(self, state: State, token_ids, all_logits: bool = False, token_subset=None) -> np.ndarray:
         """Feed prompt tokens; logits [V] of the last token, or [T, V] with all_logits (columns restricted to
         token_subset when given)."""
+        head = self._head(token_subset)  # checked before the state changes
         hidden = self.forward_hidden(state, token_ids)
-        return self.logits(hidden if all_logits else hidden[-1], token_subset)
+        return self._apply_head(head, hidden if all_logits else hidden[-1])
 
     def decode(self, state: State, token_id: int, token_subset=None) -> np.ndarray:
         """Feed one token; its logits [V] (or [len(token_subset)])."""
-        return self.logits(self.forward_hidden(state, [token_id])[0], token_subset)
+        head = self._head(token_subset)
+        return self._apply_head(head, self.forward_hidden(state, [token_id])[0])
+
+    def _apply_head(self, w, hidden: np.ndarray) -> np.ndarray:
+        if hidden.ndim == 1:
+            return self.r(kernels.matvec_bf16(w, hidden))
+        return self.r(kernels.matmul_bf16(w, hidden))
 
     # ---- checks ----------------------------------------------------------------------------------------------
 
@@ -149,7 +153,10 @@ class Model:
             raise ModelInputError(f"token id {int(bad[0])} is outside the vocabulary [0, {self.config.vocab_size})")
         return ids.astype(np.int64)
 
-    def _subset_rows(self, token_subset) -> np.ndarray:
+    def _head(self, token_subset) -> np.ndarray:
+        """The LM-head rows to multiply: all of them, or those of token_subset (checked)."""
+        if token_subset is None:
+            return self.weights.lm_head
         ids = self._check_ids(token_subset)
         key = ids.tobytes()
         if self._subset_cache is None or self._subset_cache[0] != key:
