@@ -190,7 +190,7 @@ def plan(c: Circuit, shape: BaseShape = BaseShape(), keep: list[Group] = (), mlp
 
 
 def ballast_at(p: Plan, t: int) -> tuple[int, ...]:
-    return p.ballast[min(t, len(p.ballast) - 1) + 1]
+    return p.ballast[min(t + 1, len(p.ballast) - 1)]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -205,6 +205,7 @@ class Coo:
         self.r: list[int] = []
         self.c: list[int] = []
         self.v: list[float] = []
+        self.bulk: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
 
     def add(self, r: int, c: int, v: float) -> None:
         if v:
@@ -212,13 +213,20 @@ class Coo:
             self.c.append(c)
             self.v.append(v)
 
+    def add_many(self, r: np.ndarray, c: np.ndarray, v: np.ndarray) -> None:
+        self.bulk.append((np.asarray(r, np.int64), np.asarray(c, np.int64), np.asarray(v, np.float64)))
+
     def summed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        if not self.r:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
-        key = np.asarray(self.r, np.int64) * self.shape[1] + np.asarray(self.c, np.int64)
-        uniq, inv = np.unique(key, return_inverse=True)
+        parts = [(np.asarray(self.r, np.int64), np.asarray(self.c, np.int64), np.asarray(self.v, np.float64))]
+        parts += self.bulk
+        r = np.concatenate([x[0] for x in parts])
+        c = np.concatenate([x[1] for x in parts])
+        v = np.concatenate([x[2] for x in parts])
+        if not len(r):
+            return r, c, v
+        uniq, inv = np.unique(r * self.shape[1] + c, return_inverse=True)
         vals = np.zeros(len(uniq))
-        np.add.at(vals, inv, np.asarray(self.v))
+        np.add.at(vals, inv, v)
         keep = vals != 0
         return uniq[keep] // self.shape[1], uniq[keep] % self.shape[1], vals[keep]
 
@@ -434,10 +442,10 @@ def add_mute(layers: list[LayerWeights], mute: Mute, shape: BaseShape) -> None:
                 continue
             bound = np.zeros(m.shape[0])
             np.add.at(bound, rows, np.abs(vals) * mute.max_abs[cols])
-            for r in np.unique(rows):
-                B = (bound[r] + mute.margin) / mute.tau
-                for d in lam_dims:
-                    m.add(int(r), int(d), float(B * mute.lam[d]))
+            used = np.unique(rows)
+            B = (bound[used] + mute.margin) / mute.tau
+            m.add_many(np.repeat(used, len(lam_dims)), np.tile(lam_dims, len(used)),
+                       (B[:, None] * mute.lam[lam_dims][None, :]).ravel())
 
 
 def runtime_layer(lw: LayerWeights) -> dict:

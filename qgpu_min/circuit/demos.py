@@ -1,0 +1,196 @@
+"""End-to-end demos: a RAM and an ALU compiled into Qwen3.5 layers, driven token by token.
+
+Token protocol (one circuit token per forward pass; the model's own argmax is fed back):
+  BEGIN            initialise every memory (write every row at once); emits END
+  IN_p_v           operand byte p (0..7) := v (0..255); bytes 0..3 form word a, 4..7 word b; emits END
+  WRITE_r          RAM[r] := a (r in 0..15); emits END
+  READ_r           result := RAM[r]; emits OUT0 with the result's byte 0
+  ALU_op           result := op(a, b); emits OUT0 with the result's byte 0
+  OUT<i>_v         (fed back) emits OUT<i+1> with byte i+1 of the result, or END after byte 3
+  END              emits END
+Memories: operand bytes (layer 0, 8 read ports), RAM (16 words), the last result (1 word). Every token
+carries its memory addresses, op and output selector as embedding fields, so the circuit itself only
+reads, computes and writes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import lib
+from .compile import BaseShape, OutputCode, add_mute, check_exact_weights, emit, plan
+from .ir import CONST, Circuit, Group, Word, const_word, view
+from .margin import static_check, text_gate_check
+from .merge import write_merged
+from .tokens import CircuitTokens, find_text_gate, normalised_text_rows, token_rows
+
+ALU_OPS = ("add", "sub", "and", "or", "xor", "shl", "shr", "sra", "slt", "sltu", "eq", "min", "max", "minu", "maxu")
+EMIT = ("in", "out0", "out1", "out2", "out3", "end")
+RAM_ROWS = 16
+
+
+def _const_addr(size: int, row: int) -> Group:
+    return view(CONST, tuple(0 if e == row else None for e in range(size)), f"row{row}")
+
+
+def _bit_word(bit: Group) -> Word:
+    return [bit] + const_word(0)[1:]
+
+
+def alu_results(c: Circuit, a: Word, b: Word) -> dict[str, Word]:
+    return {
+        "add": lib.add(c, a, b), "sub": lib.sub(c, a, b), "and": lib.word_and(c, a, b),
+        "or": lib.word_or(c, a, b), "xor": lib.word_xor(c, a, b), "shl": lib.shift(c, a, b, "shl"),
+        "shr": lib.shift(c, a, b, "shr"), "sra": lib.shift(c, a, b, "sra"),
+        "slt": _bit_word(lib.slt(c, a, b)), "sltu": _bit_word(lib.ult(c, a, b)), "eq": _bit_word(lib.eq(c, a, b)),
+        "min": lib.minmax(c, a, b, True, False, "min"), "max": lib.minmax(c, a, b, True, True, "max"),
+        "minu": lib.minmax(c, a, b, False, False, "minu"), "maxu": lib.minmax(c, a, b, False, True, "maxu"),
+    }
+
+
+def _nibble_out(c: Circuit, emit_g: Group, last: Word, shift: int, name: str) -> Group:
+    """Nibble (bits shift..shift+3 of byte j) of `last`, where emit = out<j>; 0 for other emits."""
+    units = []
+    for j in range(4):
+        bits = last[8 * j + shift: 8 * j + shift + 4]
+        for v in range(1, 16):
+            units.append(lib.and_unit([(emit_g, 1 + j)] + [(bits[i], (v >> i) & 1) for i in range(4)],
+                                      ((v, 1), (0, -1))))
+    return c.gate(name, 16, 0, units)
+
+
+@dataclass
+class Demo:
+    circuit: Circuit
+    tokens: CircuitTokens
+    out_code: OutputCode
+
+
+def demo_circuit() -> Demo:
+    c = Circuit("demo")
+    op = c.input("op", len(ALU_OPS) + 1)            # the last option selects the RAM read
+    opw = c.input("opw", 8 + 2)
+    ibyte = [c.input(f"ibyte[{i}]", 2) for i in range(8)]
+    ramw = c.input("ramw", RAM_ROWS + 2)
+    ramr = c.input("ramr", RAM_ROWS)
+    resw = c.input("resw", 1 + 2)
+    emit_g = c.input("emit", len(EMIT))
+    code = [c.input("code_kind", len(EMIT)), c.input("code_hi", 16), c.input("code_lo", 16)]
+
+    opmem = c.memory("operands", 8, (2,) * 8)
+    byts = c.access(opmem, opw, ibyte, [_const_addr(8, p) for p in range(8)])
+    a = [bit for byte in byts[:4] for bit in byte]
+    b = [bit for byte in byts[4:] for bit in byte]
+    ram = c.memory("ram", RAM_ROWS, (2,) * 32)
+    ramread = c.access(ram, ramw, a, [ramr])[0]
+    results = alu_results(c, a, b)
+    result = lib.mux_onehot(c, op, [results[k] for k in ALU_OPS] + [ramread], "result")
+    resmem = c.memory("result", 1, (2,) * 32)
+    last = c.access(resmem, resw, result, [_const_addr(1, 0)])[0]
+    hi = _nibble_out(c, emit_g, last, 4, "out_hi")
+    lo = _nibble_out(c, emit_g, last, 0, "out_lo")
+    for g in (emit_g, hi, lo):
+        c.output(g)
+
+    names: list[str] = []
+    rows: dict[str, list[int]] = {k: [] for k in ("op", "opw", "byte", "ramw", "ramr", "resw", "emit",
+                                                   "kind", "hi", "lo")}
+
+    def tok(name: str, op_i: int = 0, opw_i: int = 8, byte: int = 0, ramw_i: int = RAM_ROWS, ramr_i: int = 0,
+            resw_i: int = 1, emit_i: int = 5, kind: int = 0, hi_i: int = 0, lo_i: int = 0) -> None:
+        names.append(name)
+        for k, v in zip(rows, (op_i, opw_i, byte, ramw_i, ramr_i, resw_i, emit_i, kind, hi_i, lo_i)):
+            rows[k].append(v)
+
+    tok("BEGIN", opw_i=9, ramw_i=RAM_ROWS + 1, resw_i=2)
+    for p in range(8):
+        for v in range(256):
+            tok(f"IN_{p}_{v}", opw_i=p, byte=v)
+    for r in range(RAM_ROWS):
+        tok(f"WRITE_{r}", ramw_i=r)
+    for r in range(RAM_ROWS):
+        tok(f"READ_{r}", op_i=len(ALU_OPS), ramr_i=r, resw_i=0, emit_i=1)
+    for i, name in enumerate(ALU_OPS):
+        tok(f"ALU_{name}", op_i=i, resw_i=0, emit_i=1)
+    for j in range(4):
+        for v in range(256):
+            tok(f"OUT{j}_{v}", emit_i=j + 2 if j < 3 else 5, kind=1 + j, hi_i=v >> 4, lo_i=v & 15)
+    tok("END", kind=5)
+    fields = {op: rows["op"], opw: rows["opw"], ramw: rows["ramw"], ramr: rows["ramr"], resw: rows["resw"],
+              emit_g: rows["emit"], code[0]: rows["kind"], code[1]: rows["hi"], code[2]: rows["lo"]}
+    byte_vals = np.asarray(rows["byte"])
+    for i, g in enumerate(ibyte):
+        fields[g] = (byte_vals >> i) & 1
+    toks = CircuitTokens(names, {g: np.asarray(v, np.int64) for g, v in fields.items()})
+    return Demo(c, toks, OutputCode([(emit_g, code[0]), (hi, code[1]), (lo, code[2])]))
+
+
+@dataclass
+class BuiltDemo:
+    path: Path
+    demo: Demo
+    base_vocab: int
+    n_layers: int
+    tau: float
+    text_max_pre: float
+    layer_units: list
+    layer_heads: list
+
+
+def build_demo(base_dir: str | Path, out_dir: str | Path) -> BuiltDemo:
+    """Compile the demo circuit for the base checkpoint's shapes and write the merged checkpoint."""
+    from qgpu_min.model.config import load_config
+    from qgpu_min.model.safetensors_io import MappedFiles, read_checkpoint_headers
+
+    cfg = load_config(base_dir)
+    shape = BaseShape.from_config(cfg)
+    d = demo_circuit()
+    p = plan(d.circuit, shape, keep=[ig for _, ig in d.out_code.pairs])
+    report = static_check(p)
+    if not report.ok:
+        raise ValueError("static margin check failed:\n  " + "\n  ".join(report.problems[:10]))
+    layers = emit(p, d.out_code)
+    check_exact_weights(layers)
+    infos = read_checkpoint_headers(base_dir, keep=lambda n: n.endswith("embed_tokens.weight"))
+    embed = MappedFiles().array(next(iter(infos.values())))
+    text = normalised_text_rows(embed, shape.eps)
+    free = sorted(set(range(shape.hidden)) - p.used_dims())
+    mute = find_text_gate(text, free, shape.hidden)
+    add_mute(layers, mute, shape)
+    worst = text_gate_check(layers, text)
+    path = write_merged(base_dir, out_dir, layers, shape, token_rows(p, d.tokens))
+    return BuiltDemo(path, d, cfg.vocab_size, len(layers), mute.tau, worst, [lw.units for lw in layers],
+                     [lw.heads for lw in layers])
+
+
+def run_tokens(model, state, ids: list[int]) -> int:
+    """Feed ids; the argmax over the whole vocabulary after the last one."""
+    logits = model.prefill(state, ids)
+    return int(np.argmax(logits))
+
+
+def generate(model, built: BuiltDemo, prompt: list[str], max_new: int = 8) -> list[str]:
+    """Feed the prompt tokens, then let the model pick (greedy, whole vocabulary) until END."""
+    names = built.demo.tokens.names
+    ids = [built.base_vocab + built.demo.tokens.index(n) for n in prompt]
+    state = model.new_state()
+    nxt = run_tokens(model, state, ids)
+    out = []
+    for _ in range(max_new):
+        i = nxt - built.base_vocab
+        out.append(names[i] if 0 <= i < len(names) else f"<text {nxt}>")
+        if out[-1] == "END" or out[-1].startswith("<text"):
+            break
+        nxt = run_tokens(model, state, [nxt])
+    return out
+
+
+def word_tokens(word: int, first_byte: int = 0) -> list[str]:
+    """IN tokens loading a 32-bit word into operand bytes first_byte..first_byte+3."""
+    return [f"IN_{first_byte + i}_{(word >> (8 * i)) & 255}" for i in range(4)]
+
+
+def expected_output(word: int) -> list[str]:
+    return [f"OUT{i}_{(word >> (8 * i)) & 255}" for i in range(4)] + ["END"]

@@ -1,0 +1,104 @@
+"""Static checks of compiled gates: interval margins with bf16 rounding, and the text gate.
+
+Gate units (ir.py) compute relu(S - theta) over integer sums S of one-hot indicators. Compiled, each
+pre-activation is K*(S - theta) with features that are 1 up to a relative error e (fp32: ~5e-7 from the
+RMSNorm eps; bf16: 0, the normalised 1 rounds to exactly 1). A unit is safe when
+  - every value it takes on its active side (S - theta in 0..hi) is an integer times K that bf16 holds
+    exactly: hi <= 256 (DESIGN 5.10: each term is rounded on its own in bf16), and
+  - its margin 0.5 / (sum|w| + |theta|), the relative feature error that would move the pre-activation
+    by half a step, is far above e (min_margin, default 1e-4, 100x the fp32 error).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from qgpu_min.model.bf16 import bf16_to_f32
+
+from .compile import LayerWeights, Plan
+from .ir import CONST, CircuitError, Gate
+
+BF16_EXACT_INT = 256
+
+
+@dataclass
+class MarginReport:
+    units: int
+    worst_margin: float
+    worst_margin_gate: str
+    max_active: int
+    problems: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def unit_interval(unit) -> tuple[int, int, int]:
+    """(min, max) of S - theta over all one-hot inputs, and sum |w| + |theta|."""
+    per_group: dict[int, dict[int, int]] = {}
+    sizes: dict[int, int] = {}
+    const = 0
+    absw = abs(unit.theta)
+    for g, e, w in unit.terms:
+        absw += abs(w)
+        phys = g.phys(e)
+        if phys is None:
+            continue
+        if g.root is CONST:
+            const += w
+            continue
+        per_group.setdefault(id(g.root), {})
+        per_group[id(g.root)][phys] = per_group[id(g.root)].get(phys, 0) + w
+        sizes[id(g.root)] = g.root.size
+    lo = hi = const - unit.theta
+    for gid, ws in per_group.items():
+        vals = list(ws.values()) + ([0] if len(ws) < sizes[gid] else [])
+        lo += min(vals)
+        hi += max(vals)
+    return lo, hi, absw
+
+
+def static_check(p: Plan, min_margin: float = 1e-4) -> MarginReport:
+    problems = []
+    worst, worst_gate, max_active, n = float("inf"), "", 0, 0
+    for op in p.ops:
+        if not isinstance(op, Gate):
+            continue
+        for u in op.units:
+            n += 1
+            lo, hi, absw = unit_interval(u)
+            margin = 0.5 / max(absw, 1)
+            if margin < worst:
+                worst, worst_gate = margin, op.out.name
+            max_active = max(max_active, hi)
+            if hi > BF16_EXACT_INT:
+                problems.append(f"gate {op.out.name}: active pre-activation reaches {hi} > {BF16_EXACT_INT}, "
+                                "not exact in bf16")
+            if margin < min_margin:
+                problems.append(f"gate {op.out.name}: margin {margin:.2e} below the safe bound {min_margin:.0e}")
+    return MarginReport(n, worst, worst_gate, max_active, problems)
+
+
+def text_gate_check(layers: list[LayerWeights], text_rows: np.ndarray, limit: float = -90.0) -> float:
+    """The largest pre-activation (MLP gate, q/k/v) any text token reaches in any circuit layer; raises if it
+    is above `limit` (then some circuit unit would write on text tokens). text_rows: normalised text
+    embedding rows f32 [V, hidden] (what every circuit sublayer sees on text tokens)."""
+    worst = -np.inf
+    for i, lw in enumerate(layers):
+        for name in ("gate", "qkv"):
+            sp = lw.mats[name].to_sparse(exact=False)
+            used = np.nonzero(np.diff(sp.indptr))[0]
+            if not used.size:
+                continue
+            dense = np.zeros((used.size, sp.shape[1]), np.float32)
+            rows = np.repeat(np.arange(sp.shape[0]), np.diff(sp.indptr))
+            pos = np.searchsorted(used, rows)
+            dense[pos, sp.indices] = bf16_to_f32(sp.values)
+            top = float((text_rows @ dense.T).max())
+            if top > limit:
+                raise CircuitError(f"layer {i} {name}: a text token reaches pre-activation {top:.1f} > {limit}; "
+                                   "the circuit would not be silent on text")
+            worst = max(worst, top)
+    return worst

@@ -1,0 +1,100 @@
+"""Write a merged checkpoint: compiled circuit layers prepended to a base Qwen3.5 checkpoint.
+
+The result is an ordinary checkpoint in the published format: circuit layers are `linear_attention`
+decoder layers 0..n-1 with every tensor the base's layers have (BF16, A_log and the gated-norm weight F32),
+the base layers follow renumbered, the circuit tokens' rows are appended to `embed_tokens` (tied LM head),
+and `text_config` gets the new `layer_types`, `num_hidden_layers` and `vocab_size`. Written to a temporary
+directory, then renamed, so an interrupted build leaves nothing half-written under the target name.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from qgpu_min.model.bf16 import f32_to_bf16
+from qgpu_min.model.safetensors_io import MappedFiles, read_checkpoint_headers, write_checkpoint_weights
+
+from .compile import BaseShape, LayerWeights
+from .ir import CircuitError
+
+SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json", "chat_template.jinja",
+              "vocab.json", "merges.txt")
+
+
+def layer_tensors(lw: LayerWeights, shape: BaseShape, prefix: str) -> dict:
+    """name -> (dtype, shape, array) for one circuit layer, dense, in the published dtypes."""
+    H, nh, hd = shape.hidden, shape.heads, shape.head_dim
+    names = {"gate": "mlp.gate_proj.weight", "up": "mlp.up_proj.weight", "down": "mlp.down_proj.weight",
+             "qkv": "linear_attn.in_proj_qkv.weight", "z": "linear_attn.in_proj_z.weight",
+             "b": "linear_attn.in_proj_b.weight", "a": "linear_attn.in_proj_a.weight",
+             "out": "linear_attn.out_proj.weight"}
+    out = {}
+    for short, coo in lw.mats.items():
+        rows, cols, vals = coo.summed()
+        dense = np.zeros(coo.shape, np.uint16)
+        dense[rows, cols] = f32_to_bf16(vals.astype(np.float32))
+        out[prefix + names[short]] = ("BF16", coo.shape, dense)
+    v = lw.vecs
+    bf = lambda x: f32_to_bf16(np.ascontiguousarray(x, np.float32))  # noqa: E731
+    out[prefix + "input_layernorm.weight"] = ("BF16", (H,), bf(v["in_norm"]))
+    out[prefix + "post_attention_layernorm.weight"] = ("BF16", (H,), bf(v["post_norm"]))
+    out[prefix + "linear_attn.conv1d.weight"] = ("BF16", (3 * nh * hd, 1, shape.conv_kernel), bf(v["conv"][:, None, :]))
+    out[prefix + "linear_attn.dt_bias"] = ("BF16", (nh,), bf(v["dt_bias"]))
+    out[prefix + "linear_attn.A_log"] = ("F32", (nh,), np.ascontiguousarray(v["A_log"], np.float32))
+    out[prefix + "linear_attn.norm.weight"] = ("F32", (hd,), np.ascontiguousarray(v["gdn_norm"], np.float32))
+    return out
+
+
+def write_merged(base_dir: str | Path, out_dir: str | Path, layers: list[LayerWeights], shape: BaseShape,
+                 token_rows: np.ndarray) -> Path:
+    """Prepend `layers` to the checkpoint in base_dir, append `token_rows` to its vocabulary; write out_dir."""
+    base_dir, out_dir = Path(base_dir), Path(out_dir)
+    raw = json.loads((base_dir / "config.json").read_text(encoding="utf-8"))
+    text = raw["text_config"] if "text_config" in raw else raw
+    prefix = "model.language_model." if "text_config" in raw else "model."
+    if text["hidden_size"] != shape.hidden or text["intermediate_size"] != shape.intermediate:
+        raise CircuitError(f"base {base_dir}: hidden/intermediate {text['hidden_size']}/{text['intermediate_size']} "
+                           f"!= the circuit's {shape.hidden}/{shape.intermediate}")
+    if not (raw.get("tie_word_embeddings", text.get("tie_word_embeddings", True))):
+        raise CircuitError("the circuit's output code needs tied embeddings (tie_word_embeddings true)")
+    n = len(layers)
+    base_types = list(text["layer_types"])
+    vocab = int(text["vocab_size"])
+    infos = read_checkpoint_headers(base_dir)
+    files = MappedFiles()
+    tensors: dict = {}
+    for i, lw in enumerate(layers):
+        tensors.update(layer_tensors(lw, shape, f"{prefix}layers.{i}."))
+    for name, info in infos.items():
+        data = files.array(info)
+        if name == f"{prefix}embed_tokens.weight":
+            if info.shape[0] != vocab:
+                raise CircuitError(f"embed_tokens has {info.shape[0]} rows, config vocab_size {vocab}")
+            data = np.concatenate([np.asarray(data), f32_to_bf16(np.ascontiguousarray(token_rows, np.float32))])
+            tensors[name] = (info.dtype, data.shape, data)
+            continue
+        if name.startswith(f"{prefix}layers."):
+            rest = name[len(f"{prefix}layers."):]
+            idx, tail = rest.split(".", 1)
+            name = f"{prefix}layers.{int(idx) + n}.{tail}"
+        tensors[name] = (info.dtype, info.shape, data)
+    text["layer_types"] = ["linear_attention"] * n + base_types
+    text["num_hidden_layers"] = len(text["layer_types"])
+    text["vocab_size"] = vocab + len(token_rows)
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    write_checkpoint_weights(tmp, tensors)
+    (tmp / "config.json").write_text(json.dumps(raw, indent=4), encoding="utf-8")
+    for f in SIDE_FILES:
+        if (base_dir / f).exists():
+            shutil.copy2(base_dir / f, tmp / f)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    os.replace(tmp, out_dir)
+    return out_dir

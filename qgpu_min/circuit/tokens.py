@@ -1,0 +1,74 @@
+"""Circuit tokens: their embedding rows, the output code, and the text gate found from the base embedding.
+
+A circuit token's embedding row is the circuit's input state: the constant dims, the ballast, and one
+active element per input group (its fields, chosen per token, plus its own output code). The embedding is
+tied to the LM head, so the same row scores the token as an output: the circuit's last layer writes the
+output groups, at a large amplitude, onto the code dims, and the token whose code matches wins the argmax.
+
+Silence on text. Every circuit sublayer output is exactly zero on a text token only if every unit's
+pre-activation is <= -90 there (silu then returns -0.0 in fp32 and bf16). Without biases that needs a
+linear functional T(u) = lam . u that is negative on every normalised text embedding and 0 on circuit
+tokens; `find_text_gate` looks for one on the dims the circuit leaves unused (where circuit tokens are 0)
+and reports its margin tau. If none exists for a checkpoint (the text embeddings do not lie in an open
+half-space of those dims), exact silence is impossible with this construction and the build says so.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from qgpu_min.model.bf16 import bf16_to_f32
+
+from .compile import Mute, Plan
+from .ir import CircuitError
+from .run import embedding_rows
+
+
+@dataclass
+class CircuitTokens:
+    """names[i] is circuit token i (vocabulary id base_vocab + i); fields[g] its input elements [N]."""
+
+    names: list[str]
+    fields: dict  # Group -> int array [N]
+
+    def index(self, name: str) -> int:
+        try:
+            return self.names.index(name)
+        except ValueError:
+            raise CircuitError(f"no circuit token named {name!r}") from None
+
+
+def token_rows(p: Plan, toks: CircuitTokens) -> np.ndarray:
+    """Embedding rows f32 [N, hidden] of the circuit tokens (exact in bf16: small integers)."""
+    return embedding_rows(p, toks.fields)
+
+
+def normalised_text_rows(embed_bits: np.ndarray, eps: float) -> np.ndarray:
+    """What a circuit sublayer (RMSNorm with neutral weight) sees for each text token, f32 [V, hidden]."""
+    e = bf16_to_f32(np.asarray(embed_bits))
+    return (e / np.sqrt(np.mean(e.astype(np.float64) ** 2, axis=1, keepdims=True) + eps)).astype(np.float32)
+
+
+def find_text_gate(text_rows: np.ndarray, free_dims: list[int], hidden: int) -> Mute:
+    """lam on free_dims with lam . u <= -tau < 0 for every normalised text row u (least squares towards
+    lam . u = -1, then a few perceptron passes over violated rows)."""
+    if not free_dims:
+        raise CircuitError("no residual dims left outside the circuit for the text gate")
+    X = text_rows[:, free_dims].astype(np.float64)
+    lam, *_ = np.linalg.lstsq(X, -np.ones(len(X)), rcond=None)
+    for _ in range(200):
+        s = X @ lam
+        bad = s > -0.5
+        if not bad.any():
+            break
+        lam -= 0.1 * X[bad].sum(axis=0) / max(1, bad.sum())
+    tau = float(-(X @ lam).max())
+    if tau <= 0:
+        raise CircuitError(f"no text gate: the {len(X)} text embeddings do not lie in an open half-space of the "
+                           f"{len(free_dims)} dims the circuit leaves free (best margin {tau:.3g}); text tokens "
+                           "cannot be made exactly silent with this circuit layout")
+    full = np.zeros(hidden)
+    full[free_dims] = lam
+    return Mute(full, tau, np.abs(text_rows).max(axis=0).astype(np.float64))
+
