@@ -542,6 +542,7 @@ def test_labels_lines_and_skipped_directives(handwritten):
     (".version 7.0\n.entry k()\n{\n\tmov.u32 %r1 %r2;\n}\n", 4, "expected ','"),
     (".version 7.0\n.entry k()\n{\n\t@%p1;\n}\n", 4, "expected an instruction"),
     (".version 7.0\n.address_size 48\n", 2, "address size 48"),
+    (".version 7.0\n.entry k()\n{\n\tcall (r), %r1, (a), proto;\n}\n", 4, "indirect calls"),
 ])
 def test_malformed_ptx_names_the_line(text, line, what):
     with pytest.raises(PtxParseError) as info:

@@ -441,14 +441,9 @@ def _parse_call_operands(cur: _Cursor) -> tuple:
     if ret is not None:
         cur.expect(",")
     fn_tok = _expect_name(cur, "a function name in call")
-    args = Vec(())
-    if cur.accept(","):
-        if cur.peek_text() == "(":
-            args = _parse_paren_list(cur)
-        else:
-            raise cur.error(fn_tok, "indirect calls through a register are not supported")
-        if cur.accept(","):  # a call prototype label (indirect call)
-            cur.next()
+    if fn_tok.text.startswith("%"):
+        raise cur.error(fn_tok, "indirect calls (through a function pointer) are not supported")
+    args = _parse_paren_list(cur) if cur.accept(",") else Vec(())
     return (ret, Sym(fn_tok.text), args)
 
 
