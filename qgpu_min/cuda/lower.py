@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..machine.isa import (MAX_THREADS_PER_CTA, MEM_WORDS, N_POST, N_PRE, ZERO, Block, CapacityError, Instr, Program,
+from ..machine.isa import (MAX_THREADS_PER_CTA, MEM_WORDS, N_POST, N_PRE, STORE_OPS, ZERO, Block, CapacityError, Instr, Program,
                            Term, annotate_liveness, check_program)
 from .lower_cfg import build_blocks, layout, thread_jumps
 from .lower_ir import RZ, LoweringError, V
@@ -71,23 +71,58 @@ def _phys(v: V, colour: dict[str, int]) -> Instr:
     return Instr(v.op, r(v.d), r(v.a), ZERO if v.bimm else r(v.b), r(v.c), v.imm, v.bimm)
 
 
+def _rw(ins: Instr) -> tuple[set[int], set[int]]:
+    reads = ({ins.ra, ins.rc} if ins.bimm else {ins.ra, ins.rb, ins.rc}) - {ZERO}
+    writes = set() if ins.op in STORE_OPS or ins.rd == ZERO else {ins.rd}
+    return reads, writes
+
+
 def _pack(ops: list[tuple[Instr, V]]) -> list[tuple[list, tuple | None, list]]:
-    """Greedy split into (pre, mem, post) chunks."""
-    chunks: list[list] = [[[], None, []]]
-    for ins, v in ops:
-        cur = chunks[-1]
-        if ins.is_mem:
-            if cur[1] is None and not cur[2]:
-                cur[1] = (ins, v)
-            else:
-                chunks.append([[], (ins, v), []])
-        elif cur[1] is None and not cur[2] and len(cur[0]) < N_PRE:
-            cur[0].append((ins, v))
-        elif len(cur[2]) < N_POST:
-            cur[2].append((ins, v))
-        else:
-            chunks.append([[(ins, v)], None, []])
-    return chunks
+    """Schedule a basic block's instructions into (pre, mem, post) chunks.
+
+    List scheduling over register dependences (memory ops keep their order): each chunk first takes
+    the ALU ops the next memory op needs, then other ready ALU ops (hoisting independent work above the
+    memory op), then the memory op, then ready ALU ops into the post slots."""
+    n = len(ops)
+    rw = [_rw(i) for i, _ in ops]
+    preds: list[set[int]] = []
+    for j in range(n):
+        rj, wj = rw[j]
+        preds.append({i for i in range(j) if rw[i][1] & rj or rw[i][0] & wj or rw[i][1] & wj
+                      or (ops[i][0].is_mem and ops[j][0].is_mem)})
+    done: set[int] = set()
+    chunks: list[tuple[list, tuple | None, list]] = []
+
+    def ancestors(k: int) -> set[int]:
+        out, stack = set(), list(preds[k])
+        while stack:
+            x = stack.pop()
+            if x not in out:
+                out.add(x)
+                stack.extend(preds[x])
+        return out
+
+    def take(limit: int, need: set[int]) -> list[int]:
+        picked: list[int] = []
+        while len(picked) < limit:
+            ready = [k for k in range(n) if k not in done and not ops[k][0].is_mem and preds[k] <= done]
+            if not ready:
+                break
+            k = next((x for x in ready if x in need), ready[0])
+            picked.append(k)
+            done.add(k)
+        return picked
+
+    while len(done) < n:
+        nxt = next((k for k in range(n) if k not in done and ops[k][0].is_mem), None)
+        need = ancestors(nxt) - done if nxt is not None else set()
+        pre = take(N_PRE, need)
+        mem = nxt if nxt is not None and preds[nxt] <= done else None
+        if mem is not None:
+            done.add(mem)
+        post = take(N_POST, need)
+        chunks.append(([ops[k] for k in pre], ops[mem] if mem is not None else None, [ops[k] for k in post]))
+    return chunks or [([], None, [])]
 
 
 def lower(module: PtxModule, kernel: Function) -> Lowered:

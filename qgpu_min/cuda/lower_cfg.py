@@ -75,7 +75,7 @@ def build_blocks(code: list[V]) -> dict[str, BB]:
 
 
 def thread_jumps(blocks: dict[str, BB]) -> dict[str, BB]:
-    """Skip empty blocks that only jump on; drop unreachable blocks."""
+    """Skip empty blocks that only jump on, drop unreachable blocks, merge straight-line chains."""
     entry = next(iter(blocks))
 
     def final(name: str, seen=()) -> str:
@@ -95,7 +95,20 @@ def thread_jumps(blocks: dict[str, BB]) -> dict[str, BB]:
         if x not in reach:
             reach.add(x)
             stack.extend(blocks[x].succs())
-    return {k: b for k, b in blocks.items() if k in reach}
+    blocks = {k: b for k, b in blocks.items() if k in reach}
+    # merge a block into its only predecessor when that predecessor just jumps to it
+    npred: dict[str, int] = {k: 0 for k in blocks}
+    for b in blocks.values():
+        for s in b.succs():
+            npred[s] += 1
+    for name in list(blocks):
+        b = blocks.get(name)
+        while b is not None and b.term.op == "JMP" and b.term.t != entry and b.term.t != name \
+                and npred[b.term.t] == 1:
+            nxt = blocks.pop(b.term.t)
+            b.ops += nxt.ops
+            b.term = nxt.term
+    return blocks
 
 
 def _dominators(blocks: dict[str, BB], entry: str, preds: dict[str, list[str]]) -> dict[str, set[str]]:
