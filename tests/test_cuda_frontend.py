@@ -7,8 +7,10 @@ structure. Hand-written PTX (tests/ptx_samples/) covers forms a compiler run doe
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -122,13 +124,37 @@ def _available() -> list:
     return params
 
 
-@pytest.fixture(scope="module", params=_available())
+# Stored PTX of KERNELS (see _regenerate_samples), so nvcc's and clang 14's output is parsed and checked
+# even where those compilers are not installed: sample file -> (compiler that made it, the setting whose
+# behaviour it shows).
+STORED = {"kernels_nvcc.ptx": ("nvcc", "nvcc"), "kernels_clang14.ptx": ("clang-14", "clang")}
+
+
+def _kernels_digest() -> str:
+    return hashlib.sha256(KERNELS.encode()).hexdigest()[:16]
+
+
+@pytest.fixture(scope="module", params=_available() + [f"stored:{name}" for name in STORED])
 def compiled(request, tmp_path_factory):
-    """(compiler setting, PtxResult, PtxModule) for KERNELS, compiled once per compiler."""
+    """(compiler setting, PtxResult, PtxModule) for KERNELS, compiled once per compiler (or stored)."""
+    if request.param.startswith("stored:"):
+        name = request.param.split(":", 1)[1]
+        result = compile_to_ptx(SAMPLES / name)
+        digest_line, compiler_line = result.text.split("\n", 2)[:2]
+        assert digest_line == f"// KERNELS {_kernels_digest()}", f"{name} is stale: run python3 {__file__}"
+        return STORED[name][1], replace(result, compiler=compiler_line[3:]), parse_ptx(result.text)
     src = tmp_path_factory.mktemp("cu") / "kernels.cu"
     src.write_text(KERNELS)
     result = compile_to_ptx(src, request.param)
     return request.param, result, parse_ptx(result.text)
+
+
+def _regenerate_samples() -> None:
+    """Rewrite the stored PTX of KERNELS with nvcc and clang 14 (run this file as a script)."""
+    for name, (setting, _) in STORED.items():
+        result = compile_to_ptx(KERNELS, setting)
+        (SAMPLES / name).write_text(f"// KERNELS {_kernels_digest()}\n// {result.compiler}\n{result.text}")
+        print(f"wrote {SAMPLES / name} ({result.compiler})")
 
 
 def _instrs(fn):
@@ -603,3 +629,7 @@ def test_select_kernel_overloads_are_ambiguous():
 ])
 def test_type_width(mod, width):
     assert type_width(mod) == width
+
+
+if __name__ == "__main__":
+    _regenerate_samples()
