@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""Benchmark the runtime at full Qwen3.5-2B shapes against the memory-bandwidth floor and HF transformers.
+
+    python tools/bench_model.py                          # 24 layers, synthetic checkpoint in /tmp (reused)
+    python tools/bench_model.py --layers 4 --no-hf       # quick
+    python tools/bench_model.py --model DIR              # any checkpoint directory (e.g. the fetched model)
+
+One run measures, each in its own process (so peak RSS is each side's own):
+  ours: prefill tokens/s, decode tokens/s, and the machine's memory-copy bandwidth (NumPy copy, counted
+        as bytes read + written, best of single- and multi-threaded); the floor is the weight bytes a
+        decoded token reads (every layer matrix, the norms, the LM head, the embedding row) / bandwidth.
+  transformers: the same prompt and decode count through Qwen3_5ForCausalLM on CPU, in fp32 when the free
+        memory allows it (bf16 otherwise, which torch runs much slower on CPU; the table says which).
+The synthetic checkpoint comes from qgpu_min.model.synthetic.write_synthetic_checkpoint (published format,
+2B shapes, random weights); at 24 layers it is ~4.5 GB on disk.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+RESULT = "BENCH-RESULT "
+GB = 1e9
+
+
+# ---- measurements (run inside the worker processes) ---------------------------------------------------------
+
+def copy_bandwidth(nbytes: int = 1 << 29, repeats: int = 5) -> dict[str, float]:
+    """Best memory-copy bandwidth in bytes/s (read + written), one thread and all cores."""
+    src = np.ones(nbytes // 8, np.float64)
+    dst = np.empty_like(src)
+    threads = os.cpu_count() or 1
+    bounds = np.linspace(0, len(src), threads + 1).astype(np.int64)
+    parts = [(dst[a:b], src[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+
+    def best(run) -> float:
+        times = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - t)
+        return 2 * nbytes / min(times)
+
+    single = best(lambda: np.copyto(dst, src))
+    with ThreadPoolExecutor(threads) as pool:  # NumPy drops the GIL while copying
+        multi = best(lambda: list(pool.map(lambda p: np.copyto(*p), parts)))
+    return {"single": single, "multi": multi, "best": max(single, multi)}
+
+
+def _nbytes(w) -> int:
+    if isinstance(w, np.ndarray):
+        return w.nbytes
+    return sum(getattr(w, a).nbytes for a in ("indptr", "indices", "values"))  # CSR sparse matrix
+
+
+def decode_bytes(model) -> int:
+    """Weight bytes one decoded token reads: all layer tensors, final norm, LM head, one embedding row."""
+    w = model.weights
+    layers = sum(_nbytes(t) for layer in w.layers for t in layer.values())
+    return layers + _nbytes(w.final_norm) + _nbytes(w.lm_head) + w.embed.shape[1] * w.embed.itemsize
+
+
+def _prompt(vocab: int, n: int, seed: int) -> list[int]:
+    return np.random.default_rng(seed).integers(0, min(vocab, 248044), n).tolist()  # no special/reserved ids
+
+
+def _peak_rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def worker_ours(path: str, prompt_len: int, n_decode: int, warmup: int, seed: int) -> dict:
+    from qgpu_min.model import load_model
+
+    t = time.perf_counter()
+    model = load_model(path, "fp32")
+    load_s = time.perf_counter() - t
+    bw = copy_bandwidth()
+    prompt = _prompt(model.config.vocab_size, prompt_len, seed)
+    for _ in range(warmup):  # page the mapped weights in and warm the caches, on a throwaway state
+        model.decode(model.new_state(), prompt[0])
+    state = model.new_state()
+    t = time.perf_counter()
+    logits = model.prefill(state, prompt)
+    prefill_s = time.perf_counter() - t
+    tok = int(logits.argmax())
+    times = []
+    for _ in range(n_decode):
+        t = time.perf_counter()
+        tok = int(model.decode(state, tok).argmax())
+        times.append(time.perf_counter() - t)
+    return {"load_s": load_s, "prefill_tok_s": prompt_len / prefill_s, "decode_tok_s": n_decode / sum(times),
+            "decode_ms_median": 1e3 * float(np.median(times)), "bytes_per_token": decode_bytes(model),
+            "bandwidth": bw, "peak_rss": _peak_rss()}
+
+
+def worker_hf(path: str, prompt_len: int, n_decode: int, warmup: int, seed: int, dtype: str) -> dict:
+    import torch
+    from transformers import Qwen3_5ForCausalLM
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    config = json.loads((Path(path) / "config.json").read_text())
+    tied = config.get("tie_word_embeddings", config.get("text_config", {}).get("tie_word_embeddings", False))
+    t = time.perf_counter()
+    # The nested checkpoint loads as a text-only model (visual/mtp tensors skipped); tying is a top-level
+    # field of the nested config, so it is passed on explicitly.
+    model = Qwen3_5ForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), tie_word_embeddings=tied).eval()
+    load_s = time.perf_counter() - t
+    prompt = _prompt(model.config.vocab_size, prompt_len, seed)
+
+    def step(ids: list[int], cache):
+        out = model(torch.tensor([ids]), past_key_values=cache, use_cache=True)
+        return out.logits[0, -1], out.past_key_values
+
+    with torch.no_grad():
+        for _ in range(warmup):
+            step(prompt[:1], None)
+        t = time.perf_counter()
+        logits, cache = step(prompt, None)
+        prefill_s = time.perf_counter() - t
+        tok = int(logits.argmax())
+        times = []
+        for _ in range(n_decode):
+            t = time.perf_counter()
+            logits, cache = step([tok], cache)
+            tok = int(logits.argmax())
+            times.append(time.perf_counter() - t)
+    return {"load_s": load_s, "prefill_tok_s": prompt_len / prefill_s, "decode_tok_s": n_decode / sum(times),
+            "decode_ms_median": 1e3 * float(np.median(times)), "peak_rss": _peak_rss(), "dtype": dtype}
+
+
+# ---- driver ----------------------------------------------------------------------------------------------
+
+def _mem_available() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def text_tensors(path: Path) -> tuple[int, int]:
+    """(parameters, stored bytes) of the text model, from the safetensors headers (nothing is loaded)."""
+    from qgpu_min.model.safetensors_io import read_checkpoint_headers
+
+    headers = read_checkpoint_headers(path, keep=lambda n: not n.startswith(("model.visual.", "mtp.")))
+    return sum(int(np.prod(t.shape)) for t in headers.values()), sum(t.end - t.begin for t in headers.values())
+
+
+def hf_dtype(path: Path) -> tuple[str | None, str]:
+    """fp32 if it fits in the free memory with room for loading, else bf16, else none; and why."""
+    params, free = text_tensors(path)[0], _mem_available()
+    for dtype, size in (("float32", 4), ("bfloat16", 2)):
+        need = params * size * 1.3 + 1.5 * GB  # weights, load-time copies, torch itself
+        if need < free:
+            return dtype, f"{params * size / GB:.1f} GB of {dtype} weights, {free / GB:.1f} GB free"
+    return None, f"{params} parameters do not fit in {free / GB:.1f} GB free memory"
+
+
+def run_worker(kind: str, args: argparse.Namespace, path: Path, *extra: str) -> dict:
+    cmd = [sys.executable, __file__, "--worker", kind, "--model", str(path), "--prompt-len", str(args.prompt_len),
+           "--decode", str(args.decode), "--warmup", str(args.warmup), "--seed", str(args.seed), *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    for line in proc.stdout.splitlines():
+        if line.startswith(RESULT):
+            return json.loads(line[len(RESULT):])
+    raise RuntimeError(f"{kind} benchmark failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+
+
+def synthetic_checkpoint(layers: int, where: Path | None) -> Path:
+    from qgpu_min.model.synthetic import write_synthetic_checkpoint
+
+    path = where or Path(tempfile.gettempdir()) / f"qgpu-bench-2b-{layers}"
+    if (path / "config.json").exists() and (path / "model.safetensors.index.json").exists():
+        n = len(json.loads((path / "config.json").read_text())["text_config"]["layer_types"])
+        if n == layers:
+            return path
+        raise SystemExit(f"{path} holds a {n}-layer checkpoint, not {layers}: pass another --checkpoint-dir")
+    t = time.perf_counter()
+    print(f"writing a synthetic 2B-shape checkpoint with {layers} layers to {path} ...", file=sys.stderr)
+    write_synthetic_checkpoint(path, size="2b", layers=layers)
+    print(f"  done in {time.perf_counter() - t:.0f} s", file=sys.stderr)
+    return path
+
+
+def table(ours: dict, hf: dict | None, hf_note: str, args: argparse.Namespace, path: Path) -> str:
+    bw = ours["bandwidth"]["best"]
+    floor_ms = 1e3 * ours["bytes_per_token"] / bw
+    rows = [("checkpoint", str(path), "", ""),
+            ("text weights (mapped)", f"{text_tensors(path)[1] / GB:.3f} GB", "", ""),
+            ("prompt / decoded tokens", f"{args.prompt_len} / {args.decode}", "", ""),
+            ("weights read per decoded token", f"{ours['bytes_per_token'] / GB:.3f} GB", "", ""),
+            ("copy bandwidth (1 thread / all)",
+             f"{ours['bandwidth']['single'] / GB:.1f} / {ours['bandwidth']['multi'] / GB:.1f} GB/s", "", ""),
+            ("decode floor (bytes / bandwidth)", f"{floor_ms:.0f} ms/token", "", "")]
+    h = hf or {}
+    fmt = lambda v, f: f.format(v) if v is not None else "-"  # noqa: E731
+    rows += [
+        ("", "ours", f"transformers ({h.get('dtype', hf_note)})" if hf else "transformers", "ours / transformers"),
+        ("load", fmt(ours["load_s"], "{:.1f} s"), fmt(h.get("load_s"), "{:.1f} s"), ""),
+        ("prefill", fmt(ours["prefill_tok_s"], "{:.1f} tok/s"), fmt(h.get("prefill_tok_s"), "{:.1f} tok/s"),
+         fmt(ours["prefill_tok_s"] / h["prefill_tok_s"] if hf else None, "{:.2f}x faster")),
+        ("decode", fmt(ours["decode_tok_s"], "{:.2f} tok/s"), fmt(h.get("decode_tok_s"), "{:.2f} tok/s"),
+         fmt(ours["decode_tok_s"] / h["decode_tok_s"] if hf else None, "{:.2f}x faster")),
+        ("decode, median token", fmt(ours["decode_ms_median"], "{:.0f} ms"), fmt(h.get("decode_ms_median"), "{:.0f} ms"),
+         ""),
+        ("decode time / floor", f"{1e3 / ours['decode_tok_s'] / floor_ms:.2f}x",
+         fmt(1e3 / h["decode_tok_s"] / floor_ms if hf else None, "{:.2f}x"), ""),
+        ("peak RSS", f"{ours['peak_rss'] / GB:.2f} GB", fmt(h.get("peak_rss", None) and h["peak_rss"] / GB, "{:.2f} GB"),
+         ""),
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", help="checkpoint directory to benchmark (default: a synthetic 2B-shape one)")
+    ap.add_argument("--layers", type=int, default=24, help="layers of the synthetic checkpoint (default 24)")
+    ap.add_argument("--checkpoint-dir", type=Path, help="where to write/reuse the synthetic checkpoint")
+    ap.add_argument("--prompt-len", type=int, default=64)
+    ap.add_argument("--decode", type=int, default=16, help="decoded tokens timed (default 16)")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed decode steps first (pages weights in)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-hf", action="store_true", help="skip transformers")
+    ap.add_argument("--hf-dtype", choices=("auto", "float32", "bfloat16"), default="auto")
+    ap.add_argument("--json", type=Path, help="also write the raw numbers here")
+    ap.add_argument("--worker", choices=("ours", "hf"), help=argparse.SUPPRESS)
+    ap.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+
+    if args.worker == "ours":
+        print(RESULT + json.dumps(worker_ours(args.model, args.prompt_len, args.decode, args.warmup, args.seed)))
+        return 0
+    if args.worker == "hf":
+        print(RESULT + json.dumps(worker_hf(args.model, args.prompt_len, args.decode, args.warmup, args.seed,
+                                            args.dtype)))
+        return 0
+
+    path = Path(args.model) if args.model else synthetic_checkpoint(args.layers, args.checkpoint_dir)
+    ours = run_worker("ours", args, path)
+    hf, note = None, "not run (--no-hf)"
+    if not args.no_hf:
+        try:
+            import torch  # noqa: F401
+            import transformers  # noqa: F401
+        except ImportError:
+            note = "not installed"
+        else:
+            dtype, why = hf_dtype(path) if args.hf_dtype == "auto" else (args.hf_dtype, "chosen")
+            note = why
+            if dtype is not None:
+                hf = run_worker("hf", args, path, "--dtype", dtype)
+    print(table(ours, hf, note, args, path))
+    if hf is None:
+        print(f"transformers: {note}")
+    elif args.hf_dtype == "auto":
+        print(f"transformers dtype: {hf['dtype']} ({note})")
+    if args.json:
+        args.json.write_text(json.dumps({"ours": ours, "transformers": hf, "transformers_note": note,
+                                         "checkpoint": str(path), "prompt_len": args.prompt_len,
+                                         "decode": args.decode}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
