@@ -126,7 +126,8 @@ def reference_logits(d, ids):
         u = norm_1p(h, W[p + "post_attention_layernorm.weight"])  # §3.4
         act = silu(u @ W[p + "mlp.gate_proj.weight"].T) * (u @ W[p + "mlp.up_proj.weight"].T)
         h = h + act @ W[p + "mlp.down_proj.weight"].T
-    return norm_1p(h, W[P + "norm.weight"]) @ W[P + "embed_tokens.weight"].T
+    head = W.get("lm_head.weight", W[P + "embed_tokens.weight"])  # tied unless the file has its own
+    return norm_1p(h, W[P + "norm.weight"]) @ head.T
 
 
 def test_fp32_matches_the_independent_reference(tiny, model):
@@ -343,3 +344,27 @@ def test_blocked_prefill_attention_equals_unblocked(model, monkeypatch):
     monkeypatch.setattr(forward, "ATTENTION_BLOCK", 3)
     blocked = model.prefill(model.new_state(), IDS, all_logits=True)
     assert np.abs(blocked - whole).max() <= 1e-5 * np.abs(whole).max()  # BLAS sums in another order
+
+
+def test_untied_head_and_flat_text_layout(tmp_path):
+    """An untied lm_head.weight is used; the flat layout transformers writes for Qwen3_5ForCausalLM
+    (text config at the top, tensors under `model.`) loads to the same model."""
+    d = write_synthetic_checkpoint(tmp_path / "untied", seed=4, tie=False)
+    m = load_model(d)
+    assert m.weights.lm_head is not m.weights.embed
+    ref = reference_logits(d, IDS)
+    ours = m.prefill(m.new_state(), IDS, all_logits=True)
+    assert np.abs(ours - ref).max() <= 1e-4 * np.abs(ref).max()
+
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    files = MappedFiles()
+    tensors = {("model." + n[len(P):] if n.startswith(P) else n): (i.dtype, i.shape, np.array(files.array(i)))
+               for n, i in read_checkpoint_headers(d).items() if not n.startswith("model.visual.")}
+    write_checkpoint_weights(flat, tensors)
+    nested = json.loads((d / "config.json").read_text())
+    config = {**nested["text_config"], "architectures": ["Qwen3_5ForCausalLM"], "tie_word_embeddings": False}
+    (flat / "config.json").write_text(json.dumps(config))
+    f = load_model(flat)
+    assert f.config.tensor_prefix == "model." and f.tokenizer is None
+    assert np.array_equal(f.prefill(f.new_state(), IDS, all_logits=True), ours)
