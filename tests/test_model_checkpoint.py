@@ -301,3 +301,12 @@ def test_no_weights_at_all(tmp_path, tiny):
     shutil.copy(tiny / "config.json", d)
     with pytest.raises(CheckpointError, match="no model.safetensors.index.json and no model.safetensors"):
         load_model(d)
+
+
+def test_synthetic_checkpoints_are_reproducible_by_seed(tmp_path, tiny):
+    again = write_synthetic_checkpoint(tmp_path / "again", seed=3)
+    for f in sorted(p.name for p in tiny.iterdir()):
+        assert (again / f).read_bytes() == (tiny / f).read_bytes(), f
+    other = write_synthetic_checkpoint(tmp_path / "other", seed=4)
+    assert (other / "tokenizer.json").read_bytes() == (tiny / "tokenizer.json").read_bytes()
+    assert checkpoint_files(other)[0].read_bytes() != checkpoint_files(tiny)[0].read_bytes()

@@ -79,7 +79,7 @@ def build_tokenizer(vocab_size: int):
                          f"(needs >= {256 + len(ADDED_TOKENS) + 8})")
     trainer = trainers.BpeTrainer(vocab_size=learned, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
-    tok.train_from_iterator(CORPUS.splitlines(keepends=True) * 4, trainer)
+    tok.train_from_iterator(CORPUS.splitlines(keepends=True), trainer)
     tok.add_tokens([AddedToken(t, special=t.startswith("<|"), normalized=False) for t in ADDED_TOKENS])
     return tok
 
