@@ -67,6 +67,50 @@ def bench_matvec(rng: np.random.Generator, repeat: int, lm_head: bool) -> None:
               f"{t_c / t_copy:7.2f} {t_np / t_c:8.1f}")
 
 
+# Every decode matvec of one Qwen3.5-2B layer of each kind, grouped as they share an input (a group is one
+# fused call when the core has matvec_bf16_multi); the 2B model has 18 DeltaNet + 6 attention layers.
+DELTANET_LAYER = [[("in_proj_qkv", 6144, 2048), ("in_proj_z", 2048, 2048), ("in_proj_b", 16, 2048),
+                   ("in_proj_a", 16, 2048)], [("out_proj", 2048, 2048)],
+                  [("gate_proj", 6144, 2048), ("up_proj", 6144, 2048)], [("down_proj", 2048, 6144)]]
+ATTENTION_LAYER = [[("q_proj", 4096, 2048), ("k_proj", 512, 2048), ("v_proj", 512, 2048)],
+                   [("o_proj", 2048, 4096)], [("gate_proj", 6144, 2048), ("up_proj", 6144, 2048)],
+                   [("down_proj", 2048, 6144)]]
+DECODE_LAYERS = [("deltanet", 18), ("attention", 6)]
+
+
+def bench_decode_layers(rng: np.random.Generator, repeat: int) -> None:
+    """The matvecs of one decoded token through 24 layers (one layer's weights of each kind, reused; each
+    is far larger than the caches, so every pass streams from memory), next to copying the same bytes."""
+    layers = {"deltanet": [[random_weights(rng, o, i) for _, o, i in g] for g in DELTANET_LAYER],
+              "attention": [[random_weights(rng, o, i) for _, o, i in g] for g in ATTENTION_LAYER]}
+    xs = {n: rng.standard_normal(n).astype(np.float32) for n in (2048, 4096, 6144)}
+    order = [kind for kind, count in DECODE_LAYERS for _ in range(count)]
+    nbytes = sum(w.nbytes for kind in order for g in layers[kind] for w in g)
+    biggest = max((w for g in layers["deltanet"] for w in g), key=lambda w: w.nbytes)
+    dst = np.empty_like(biggest)
+    t_copy = best_time(lambda: np.copyto(dst, biggest), repeat) * nbytes / biggest.nbytes
+
+    def separate() -> None:
+        for kind in order:
+            for group in layers[kind]:
+                for w in group:
+                    K.matvec_bf16(w, xs[w.shape[1]])
+
+    def fused() -> None:
+        for kind in order:
+            for group in layers[kind]:
+                K.matvec_bf16_multi(group, xs[group[0].shape[1]])
+
+    calls = sum(len(g) for kind in order for g in layers[kind])
+    print(f"\ndecode matvecs of one token, 24 layers ({calls} calls, {nbytes / 1e9:.2f} GB of weights): "
+          f"copy {t_copy * 1e3:.1f} ms")
+    for name, fn in (("separate", separate), ("fused", fused)):
+        if name == "fused" and not hasattr(K, "matvec_bf16_multi"):
+            continue
+        t = best_time(fn, repeat)
+        print(f"  {name:<9} {t * 1e3:7.1f} ms  {nbytes / t / 1e9:5.1f} GB/s  time/copy {t / t_copy:5.2f}")
+
+
 def bench_matmul(rng: np.random.Generator, repeat: int) -> None:
     out, n_in, n = 6144, 2048, 64
     w = random_weights(rng, out, n_in)
@@ -120,6 +164,7 @@ def main() -> None:
           f"load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     rng = np.random.default_rng(0)
     bench_matvec(rng, args.repeat, not args.no_lm_head)
+    bench_decode_layers(rng, args.repeat)
     bench_matmul(rng, args.repeat)
     bench_sparse(rng, args.repeat)
     bench_deltanet(rng, args.repeat)
