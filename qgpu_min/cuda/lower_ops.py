@@ -583,6 +583,36 @@ class Lowerer:
     def op_shr(self, ins):
         self._shift(ins, False)
 
+    def op_shf(self, ins: Instr) -> None:
+        """Funnel shift of the 64-bit pair {b:a}: shf.l gives the high word of it << n, shf.r the low
+        word of it >> n; n = c & 31 (wrap) or min(c, 32) (clamp)."""
+        d, a, b, c = (ins.operands[0], *ins.operands[1:4])
+        d, a, b, n = self.dst(d), self.rsrc(a), self.rsrc(b), self.src(c)
+        left, clamp = "l" in ins.mods, "clamp" in ins.mods
+        keep, into, out_op, in_op = (b, a, "SHL", "SHR") if left else (a, b, "SHR", "SHL")
+        if isinstance(n, int):
+            n = min(n, 32) if clamp else n & 31
+            if n == 32:
+                self.mov(d, into)
+            elif n == 0:
+                self.mov(d, keep)
+            else:
+                t = self.emit(out_op, self.tmp(), keep, n)
+                u = self.emit(in_op, self.tmp(), into, 32 - n)
+                self.emit("OR", d, t, u)
+            return
+        m = self.emit("AND", self.tmp(), n, 31)
+        t = self.emit(out_op, self.tmp(), keep, m)
+        u = self.emit(in_op, self.tmp(), into, 1)        # two steps: a shift by 32 - n, also for n = 0
+        inv = self.emit("XOR", self.tmp(), m, 31)
+        self.emit(in_op, u, u, inv)
+        if not clamp:
+            self.emit("OR", d, t, u)
+            return
+        self.emit("OR", t, t, u)
+        big = self.emit("SLTU", self.tmp(), n, 32)
+        self.emit("SEL", d, big, t, c=into)
+
     # ---- compares and selects -----------------------------------------------------------
     def compare(self, cmp: str, kind: str, w: int, a, b, d: str) -> str:
         if cmp not in CMP_OPS:
@@ -806,6 +836,22 @@ class Lowerer:
 
     def op_red(self, ins):
         self._atom(ins, False)
+
+    def op_vote(self, ins: Instr) -> None:
+        mode = next((m for m in ins.mods if m in ("ballot", "any", "all", "uni")), None)
+        if mode is None:
+            raise self.err("unknown vote mode")
+        d, p = self.dst(ins.operands[0]), self.src(ins.operands[1])
+        if mode != "uni":
+            self.emit("VOTE." + mode.upper(), d, RZ, p)
+            return
+        al = self.emit("VOTE.ALL", self.tmp(), RZ, p)          # uniform: all true or none true
+        an = self.emit("VOTE.ANY", self.tmp(), RZ, p)
+        self.emit("XOR", an, an, 1)
+        self.emit("OR", d, al, an)
+
+    def op_activemask(self, ins: Instr) -> None:
+        self.emit("VOTE.BALLOT", self.dst(ins.operands[0]), RZ, 1)
 
     def op_shfl(self, ins: Instr) -> None:
         mode = next((m for m in ins.mods if m in ("idx", "up", "down", "bfly")), None)

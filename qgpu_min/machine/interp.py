@@ -156,8 +156,19 @@ class _Machine:
                 self.mem[a >> 2] = f(old, w.regs[l][ins.rb], w.regs[l][ins.rc])
                 if ins.rd != ZERO:
                     w.regs[l][ins.rd] = old
+        elif op.startswith("VOTE."):
+            self._vote(w, ins, active)
         else:
             self._shfl(w, ins, active)
+
+    def _vote(self, w: _Warp, ins: Instr, active: list[int]) -> None:
+        preds = [bool(ins.imm if ins.bimm else w.regs[l][ins.rb]) for l in active]
+        lane = SPECIALS.index("laneid")
+        value = {"VOTE.BALLOT": sum(1 << w.special[l][lane] for l, p in zip(active, preds) if p),
+                 "VOTE.ANY": int(any(preds)), "VOTE.ALL": int(all(preds))}[ins.op]
+        if ins.rd != ZERO:
+            for l in active:
+                w.regs[l][ins.rd] = value
 
     def _shfl(self, w: _Warp, ins: Instr, active: list[int]) -> None:
         mode = ins.op[5:]

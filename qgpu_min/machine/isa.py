@@ -45,6 +45,10 @@ Memory and warp (at most one per block; address = A + imm, bytes, wrapping)::
                               segment gives the lane its own value. A source lane that is not active
                               (diverged, exited, or missing in a partial warp) gives whatever its
                               register ra holds (registers start at 0).
+  VOTE.BALLOT VOTE.ANY VOTE.ALL
+                              over the ACTIVE lanes: BALLOT rd = OR of (B != 0) << laneid (B = imm 1
+                              gives the active mask); ANY rd = 1 if some B != 0; ALL rd = 1 if every
+                              B != 0.
 
 Word alignment is required (LD/ST/ATOM: 4, LDH/LDHU/STH: 2). An access outside memory or
 misaligned is an error naming the lane, CTA, warp, block, instruction and address.
@@ -115,7 +119,8 @@ STORE_OPS = ("ST", "STB", "STH")
 ATOM_KINDS = ("ADD", "MIN", "MAX", "MINU", "MAXU", "EXCH", "AND", "OR", "XOR", "CAS", "INC", "DEC")
 ATOM_OPS = tuple("ATOM." + k for k in ATOM_KINDS)
 SHFL_OPS = ("SHFL.IDX", "SHFL.UP", "SHFL.DOWN", "SHFL.BFLY")
-MEM_OPS = LOAD_OPS + STORE_OPS + ATOM_OPS + SHFL_OPS
+VOTE_OPS = ("VOTE.BALLOT", "VOTE.ANY", "VOTE.ALL")
+MEM_OPS = LOAD_OPS + STORE_OPS + ATOM_OPS + SHFL_OPS + VOTE_OPS
 OPCODES = ALU_OPS + MEM_OPS
 OPCODE = {name: i for i, name in enumerate(OPCODES)}
 
@@ -300,6 +305,8 @@ def format_instr(ins: Instr) -> str:
         return f"{op} {_reg(ins.rd)}, {addr}, {_reg(ins.rb)}"
     if op in SHFL_OPS:
         return f"{op} {_reg(ins.rd)}, {_reg(ins.ra)}, {b}, {_reg(ins.rc)}"
+    if op in VOTE_OPS:
+        return f"{op} {_reg(ins.rd)}, {b}"
     return f"{op} {_reg(ins.rd)}, {_reg(ins.ra)}, {b}"
 
 
