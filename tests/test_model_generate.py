@@ -9,7 +9,8 @@ from qgpu_min.cli import main
 from qgpu_min.model import load_model
 from qgpu_min.model.chat_format import chat_prompt, format_chat
 from qgpu_min.model.errors import ModelInputError
-from qgpu_min.model.generate import Sampling, generate, generate_ids, pick_token, result, stream_text
+from qgpu_min.model.generate import (Sampling, candidates, generate, generate_ids, pick_token, result,
+                                     stream_text)
 from qgpu_min.model.synthetic import ADDED_TOKENS, write_synthetic_checkpoint
 
 
@@ -64,6 +65,21 @@ def test_pick_token_rules():
     for bad in (Sampling(temperature=0), Sampling(top_p=0), Sampling(top_p=1.5), Sampling(top_k=-1)):
         with pytest.raises(ModelInputError):
             bad.check()
+
+
+@pytest.mark.parametrize("top_k, top_p, temperature", [(20, 0.8, 0.7), (0, 0.9, 1.0), (0, 0.999, 2.0),
+                                                        (5, 1.0, 1.0), (0, 1.0, 0.5), (300, 0.5, 1.0)])
+def test_candidates_equal_a_full_sort(top_k, top_p, temperature):
+    z = np.random.default_rng(top_k).standard_normal(5000).astype(np.float32) * 3
+    ids, p = candidates(z, Sampling(top_k=top_k, top_p=top_p, temperature=temperature))
+    # brute force: sort everything
+    order = np.argsort(-z.astype(np.float64), kind="stable")[:top_k or None]
+    w = np.exp((z[order] - z[order[0]]) / np.float64(temperature))
+    w /= w.sum()
+    keep = len(w) if top_p >= 1 else min(int(np.searchsorted(np.cumsum(w), top_p)) + 1, len(w))  # 1: no cut
+    assert sorted(ids.tolist()) == sorted(order[:keep].tolist())
+    want = dict(zip(order[:keep].tolist(), w[:keep] / w[:keep].sum()))
+    assert np.allclose(p, [want[i] for i in ids.tolist()], rtol=1e-9)
 
 
 def test_greedy_generation_is_the_argmax_chain(model):

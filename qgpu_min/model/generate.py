@@ -46,21 +46,40 @@ def default_sampling(model: Model) -> dict:
     return out
 
 
+def candidates(logits: np.ndarray, sampling: Sampling) -> tuple[np.ndarray, np.ndarray]:
+    """The ids a sampled draw can pick and their probabilities: softmax(logits / T), cut to the top_k most
+    likely, then to the smallest set of most likely ids whose probability reaches top_p, renormalised.
+
+    Sorting a 248k vocabulary costs ~50 ms a token, so the nucleus is searched among the m most likely
+    (partitioned, then sorted), m growing until their mass reaches top_p: the set a full sort gives."""
+    z = logits.astype(np.float64) / sampling.temperature
+    w = np.exp(z - z.max())
+    pool = np.arange(z.size)
+    if 0 < sampling.top_k < z.size:
+        pool = np.argpartition(-z, sampling.top_k - 1)[:sampling.top_k]
+    total = w[pool].sum()
+    if sampling.top_p >= 1:
+        return pool, w[pool] / total
+    m = min(pool.size, 64)
+    while True:
+        top = pool if m == pool.size else pool[np.argpartition(-z[pool], m - 1)[:m]]
+        order = top[np.lexsort((top, -z[top]))]  # most likely first, lower id first on ties
+        cum = np.cumsum(w[order]) / total
+        if cum[-1] >= sampling.top_p or m == pool.size:
+            break
+        m = min(pool.size, 8 * m)
+    # the first index where the running sum reaches top_p (clamped: the float sum may end just below it)
+    keep = min(int(np.searchsorted(cum, sampling.top_p)) + 1, order.size)
+    p = w[order[:keep]]
+    return order[:keep], p / p.sum()
+
+
 def pick_token(logits: np.ndarray, sampling: Sampling, rng: np.random.Generator) -> int:
-    """Greedy: the argmax (lowest id on ties). Else softmax(logits / T), cut to the top_k most likely and to
-    the smallest set whose probability reaches top_p, then draw."""
+    """Greedy: the argmax (lowest id on ties). Else a draw from `candidates`."""
     if sampling.greedy:
         return int(np.argmax(logits))
-    z = logits.astype(np.float64) / sampling.temperature
-    order = np.argsort(-z, kind="stable")
-    if sampling.top_k:
-        order = order[:sampling.top_k]
-    p = np.exp(z[order] - z[order[0]])
-    p /= p.sum()
-    # the first index where the running sum reaches top_p (clamped: the float sum may end just below 1)
-    keep = min(int(np.searchsorted(np.cumsum(p), sampling.top_p)) + 1, len(p))
-    p = p[:keep] / p[:keep].sum()
-    return int(order[rng.choice(keep, p=p)])
+    ids, p = candidates(logits, sampling)
+    return int(ids[rng.choice(ids.size, p=p)])
 
 
 def generate_ids(model: Model, prompt_ids: list[int], max_new_tokens: int = 256,
