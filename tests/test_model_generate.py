@@ -94,6 +94,18 @@ def test_greedy_generation_is_the_argmax_chain(model):
     assert got == expect
 
 
+def test_generation_continues_a_conversation_state(model):
+    tok, greedy = model.tokenizer, Sampling(greedy=True)
+    turn1 = tok.encode(chat_prompt("Hi"))
+    state = model.new_state()
+    out1 = list(generate_ids(model, turn1, 4, greedy, stop_ids=(), state=state))
+    assert state.pos == len(turn1) + len(out1) - 1  # the last token is not fed yet
+    turn2 = [out1[-1]] + tok.encode("<|im_end|>\n" + chat_prompt("More"))
+    out2 = list(generate_ids(model, turn2, 4, greedy, stop_ids=(), state=state))
+    fresh = list(generate_ids(model, turn1 + out1 + turn2[1:], 4, greedy, stop_ids=()))
+    assert out2 == fresh
+
+
 def test_sampling_is_reproducible_by_seed_and_never_picks_padding(model):
     prompt = model.tokenizer.encode("The sea")
     s = Sampling(temperature=1.5, top_p=1.0, top_k=0, seed=11)

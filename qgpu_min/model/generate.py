@@ -9,7 +9,7 @@ import numpy as np
 
 from .chat_format import chat_prompt
 from .errors import ModelInputError
-from .forward import Model
+from .forward import Model, State
 
 # Qwen3.5's recommended non-thinking sampling, used when the checkpoint has no generation_config.json
 DEFAULT_SAMPLING = {"temperature": 0.7, "top_p": 0.8, "top_k": 20}
@@ -83,9 +83,12 @@ def pick_token(logits: np.ndarray, sampling: Sampling, rng: np.random.Generator)
 
 
 def generate_ids(model: Model, prompt_ids: list[int], max_new_tokens: int = 256,
-                 sampling: Sampling = Sampling(), stop_ids: tuple[int, ...] | None = None) -> Iterator[int]:
+                 sampling: Sampling = Sampling(), stop_ids: tuple[int, ...] | None = None,
+                 state: State | None = None) -> Iterator[int]:
     """Yield generated token ids one at a time; a stop token is yielded, then generation ends. Ids the
-    tokenizer cannot decode (the padded rows above its vocabulary) are never chosen."""
+    tokenizer cannot decode (the padded rows above its vocabulary) are never chosen. `state`: continue
+    that sequence (a conversation's earlier turns) instead of a new one; the last yielded token is not fed
+    into it, so the next call's prompt should start with it."""
     sampling.check()
     if max_new_tokens < 0:
         raise ModelInputError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
@@ -94,7 +97,7 @@ def generate_ids(model: Model, prompt_ids: list[int], max_new_tokens: int = 256,
         stop_ids = tok.stop_ids if tok else model.config.eos_token_ids
     rng = np.random.default_rng(sampling.seed)
     limit = tok.vocab_size if tok else model.config.vocab_size
-    state = model.new_state()
+    state = model.new_state() if state is None else state
     if max_new_tokens == 0:
         return
     logits = model.prefill(state, prompt_ids)
