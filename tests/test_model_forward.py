@@ -368,3 +368,21 @@ def test_untied_head_and_flat_text_layout(tmp_path):
     f = load_model(flat)
     assert f.config.tensor_prefix == "model." and f.tokenizer is None
     assert np.array_equal(f.prefill(f.new_state(), IDS, all_logits=True), ours)
+
+
+@pytest.mark.slow
+def test_full_2b_shapes_with_the_published_vocabulary(tmp_path):
+    """The published shapes including the 248320-row tied embedding (a 1.26 GB checkpoint, ~20 s to write)."""
+    d = write_synthetic_checkpoint(tmp_path / "2b", size="2b", layer_types=["linear_attention", "full_attention"])
+    m = load_model(d)
+    assert m.weights.embed.shape == (248320, 2048) and isinstance(m.weights.embed, np.memmap)
+    ids = [5, 300, 77]
+    batch = m.prefill(m.new_state(), ids, all_logits=True)
+    s = m.new_state()
+    steps = np.stack([m.decode(s, t) for t in ids])
+    assert np.abs(batch - steps).max() <= 1e-5 * np.abs(batch).max()
+    subset = [0, 248319, int(batch[-1].argmax())]
+    part = m.decode(s, 9, token_subset=subset)
+    s2 = m.new_state()
+    m.prefill(s2, ids)
+    assert np.allclose(part, m.decode(s2, 9)[subset], rtol=1e-6, atol=1e-6)
