@@ -386,3 +386,14 @@ def test_full_2b_shapes_with_the_published_vocabulary(tmp_path):
     s2 = m.new_state()
     m.prefill(s2, ids)
     assert np.allclose(part, m.decode(s2, 9)[subset], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("types", [["linear_attention"], ["full_attention"] * 2,
+                                   ["full_attention", "linear_attention"] * 3])
+def test_any_number_of_either_layer_type(tmp_path, types):
+    d = write_synthetic_checkpoint(tmp_path / "m", layer_types=types, seed=7)
+    m = load_model(d)
+    assert m.config.layer_types == tuple(types)
+    ours = m.prefill(m.new_state(), IDS[:6], all_logits=True)
+    ref = reference_logits(d, IDS[:6])
+    assert np.abs(ours - ref).max() <= 1e-4 * np.abs(ref).max()
