@@ -28,12 +28,19 @@ from .ir import CONST, ROW_ACTIVE, ROW_CHANNELS, Circuit, CircuitError, Gate, Gr
 
 K_GATE = 64.0     # MLP gain: silu(64 n) = 64 n for integers n >= 1, ~0 for n <= -1
 A_KEY = 32.0      # key/query amplitude before SiLU and L2 norm
-L_VALUE = 32.0    # stored value amplitude (silu(32) = 32 in fp32)
+# Stored value amplitude. A read returns x = L * q with q = fl(1/sqrt(128)); for this L, fl(x*x) has five
+# trailing zero bits, so the head norm's sum of 32 equal squares is exact in any order, and the normalised
+# value is exactly 2 for rows at scale 1, 1/4, 1/16, 1/64 (memories initialised all at once): reads are
+# exact in fp32 too (tests/test_circuit_compile.py checks this against both kernel implementations).
+L_VALUE = 30720.0
 B_WRITE = 32.0    # in_proj_b on the constant dim: beta = sigmoid(32) = 1
 Z_GATE = 64.0     # in_proj_z on the constant dim: silu(64) = 64
 DT_BIAS = -100.0  # softplus(-100) ~ 4e-44: decay g = 0, exp(g) = 1
 A_LOG = -30.0
 N_BALLAST = 4
+# RMSNorm gain 1 + 2^-21 cancels the eps: x * rsqrt(1 + 1e-6) * (1 + 2^-21) is exactly x in fp32 for the
+# small integers on circuit dims, so fp32 arithmetic stays on integers just as bf16's rounding does.
+NORM_W = 2.0 ** -21
 
 
 @dataclass(frozen=True)
@@ -274,6 +281,16 @@ class OutputCode:
     amplitude: float = 256.0
 
 
+def all_rows(rows: int) -> int:
+    """Channels an all-rows write spreads its key over: a power of 4, so every row gets exactly v / 2^j."""
+    m = 1
+    while m < rows:
+        m *= 4
+    if m > ROW_CHANNELS:
+        raise CircuitError(f"an all-rows write needs <= {ROW_CHANNELS // 2} rows, memory has {rows}")
+    return m
+
+
 def _term_dims(p: Plan, g: Group, e: int) -> int | None:
     phys = g.phys(e)
     if phys is None:
@@ -337,11 +354,13 @@ def _mem_heads(p: Plan, op: MemOp, first_head: int, qkv: Coo, z: Coo, b: Coo, ou
     c0 = p.const_dims[0]
     offsets = np.cumsum([0] + list(op.mem.fields))
     wa = op.write_addr
+    every = wa is not None and wa.size == op.mem.rows + 2
+    key_channels = all_rows(op.mem.rows) if every else op.mem.rows
 
-    def key_elems(a: int) -> list[int]:  # write-address elements that put a key on row a
+    def key_elems(a: int) -> list[int]:  # write-address elements that put a key on channel a
         if wa is None:
             return []
-        return [a, op.mem.rows + 1] if wa.size == op.mem.rows + 2 else [a]
+        return ([a] if a < op.mem.rows else []) + ([op.mem.rows + 1] if every else [])
 
     for port, addr in enumerate(op.read_addrs):
         h = first_head + port
@@ -349,6 +368,7 @@ def _mem_heads(p: Plan, op: MemOp, first_head: int, qkv: Coo, z: Coo, b: Coo, ou
             dq = _term_dims(p, addr, a)
             if dq is not None:
                 qkv.add(h * hd + a, dq, A_KEY)
+        for a in range(key_channels):
             for e in key_elems(a):
                 dk = _term_dims(p, op.write_addr, e)
                 if dk is not None:
@@ -423,7 +443,7 @@ def emit(p: Plan, out_code: OutputCode | None = None) -> list[LayerWeights]:
                     mlp.unit({d: 1.0}, 0, {d: -1.0})
         conv = np.zeros((conv_dim, s.conv_kernel), np.float32)
         conv[:, -1] = 1.0  # current token only
-        vecs = {"in_norm": np.zeros(H, np.float32), "post_norm": np.zeros(H, np.float32), "conv": conv,
+        vecs = {"in_norm": np.full(H, NORM_W, np.float32), "post_norm": np.full(H, NORM_W, np.float32), "conv": conv,
                 "dt_bias": np.full(nh, DT_BIAS, np.float32), "A_log": np.full(nh, A_LOG, np.float32),
                 "gdn_norm": np.full(hd, math.sqrt(ROW_ACTIVE / hd), np.float32)}
         layers.append(LayerWeights({"gate": mlp.gate, "up": mlp.up, "down": mlp.down, "qkv": qkv, "z": z,
@@ -432,12 +452,16 @@ def emit(p: Plan, out_code: OutputCode | None = None) -> list[LayerWeights]:
 
 
 def add_mute(layers: list[LayerWeights], mute: Mute, shape: BaseShape) -> None:
-    """Add B * T(u) to every used MLP unit and every used q/k/v channel (see Mute)."""
+    """Add B * T(u) to every used MLP unit and every used query/key channel (see Mute). Values need none:
+    with a zero key a text token writes nothing, and with a zero query it reads nothing."""
     lam_dims = np.nonzero(mute.lam)[0]
+    qk_rows = 2 * shape.heads * shape.head_dim
     for lw in layers:
         for name in ("gate", "qkv"):
             m: Coo = lw.mats[name]
             rows, cols, vals = m.summed()
+            keep = rows < (qk_rows if name == "qkv" else m.shape[0])
+            rows, cols, vals = rows[keep], cols[keep], vals[keep]
             if not len(rows):
                 continue
             bound = np.zeros(m.shape[0])

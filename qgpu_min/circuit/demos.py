@@ -159,7 +159,7 @@ def build_demo(base_dir: str | Path, out_dir: str | Path) -> BuiltDemo:
     free = sorted(set(range(shape.hidden)) - p.used_dims())
     mute = find_text_gate(text, free, shape.hidden)
     add_mute(layers, mute, shape)
-    worst = text_gate_check(layers, text)
+    worst = text_gate_check(layers, text, 2 * shape.heads * shape.head_dim)
     path = write_merged(base_dir, out_dir, layers, shape, token_rows(p, d.tokens))
     return BuiltDemo(path, d, cfg.vocab_size, len(layers), mute.tau, worst, [lw.units for lw in layers],
                      [lw.heads for lw in layers])

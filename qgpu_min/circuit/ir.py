@@ -190,6 +190,8 @@ class Circuit:
             if write_addr.size not in (mem.rows + 1, mem.rows + 2):
                 raise CircuitError(f"memory {mem.name}: write address needs size {mem.rows + 1} (last = none) or "
                                    f"{mem.rows + 2} (then last = all rows)")
+            if write_addr.size == mem.rows + 2 and mem.rows > ROW_CHANNELS // 2:
+                raise CircuitError(f"memory {mem.name}: writing all rows at once needs <= {ROW_CHANNELS // 2} rows")
             if [g.size for g in write_value] != list(mem.fields):
                 raise CircuitError(f"memory {mem.name}: write value sizes {[g.size for g in write_value]} "
                                    f"!= fields {list(mem.fields)}")

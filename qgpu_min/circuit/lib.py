@@ -213,21 +213,40 @@ def shift(c: Circuit, a: Word, amt: Word, kind: str, name: str | None = None) ->
 
 # Multiply ----------------------------------------------------------------------------------------------
 
+def sum_columns(c: Circuit, cols: list[list[Group]], name: str = "csum") -> Word:
+    """sum over k of 2^k * (number of 1 bits in cols[k]) mod 2^len(cols), as a word.
+
+    Column compression: each column holding 3 or more bits is replaced by the binary digits of its count,
+    bit j = sum_m (-1)^(m+1) [count >= m 2^j] (steps over a sum of <= 32 ones), in one MLP layer, until
+    every column holds at most two bits; then one 2-layer add."""
+    width = len(cols)
+    for layer in range(16):
+        if max(len(col) for col in cols) <= 2:
+            break
+        new: list[list[Group]] = [[] for _ in range(width)]
+        for k, col in enumerate(cols):
+            if len(col) <= 2:
+                new[k] += col
+                continue
+            terms = [(b, 1, 1) for b in col]
+            for j in range(len(col).bit_length()):
+                if k + j < width:
+                    steps = [(m << j, 1 if m % 2 else -1) for m in range(1, len(col) // (1 << j) + 1)]
+                    new[k + j].append(step_gate(c, f"{name}.c{layer}[{k}].{j}", 2, 0, terms, {1: steps}))
+        cols = new
+    zero = const_bit(0)
+    x = [col[0] if col else zero for col in cols]
+    y = [col[1] if len(col) > 1 else zero for col in cols]
+    return add(c, x, y, 0, name)
+
+
 def mul_lo(c: Circuit, a: Word, b: Word, name: str = "mul") -> Word:
-    """a * b mod 2^32 as a shift-and-add tree: 32 masked partial products (b_j ? a << j : 0, one AND layer,
-    all in parallel), summed pairwise by 31 adders in a tree of depth 5 (2 MLP layers each)."""
+    """a * b mod 2^32: the 528 partial-product bits a_i AND b_j (i + j < 32) in one MLP layer, then
+    column compression (3 layers) and one add (2 layers): 6 MLP layers."""
     _check_word(a, name)
     _check_word(b, name)
-    zero = const_bit(0)
-    parts: list[Word] = []
-    for j in range(32):
-        parts.append([zero] * j + [bit_from_ands(c, f"{name}.pp{j}[{i + j}]", [[(b[j], 1), (a[i], 1)]])
-                                   for i in range(32 - j)])
-    level = 0
-    while len(parts) > 1:
-        nxt = [add(c, parts[i], parts[i + 1], 0, f"{name}.l{level}.{i // 2}") for i in range(0, len(parts) - 1, 2)]
-        if len(parts) % 2:
-            nxt.append(parts[-1])
-        parts = nxt
-        level += 1
-    return parts[0]
+    cols: list[list[Group]] = [[] for _ in range(32)]
+    for i in range(32):
+        for j in range(32 - i):
+            cols[i + j].append(bit_from_ands(c, f"{name}.pp[{i},{j}]", [[(a[i], 1), (b[j], 1)]]))
+    return sum_columns(c, cols, name)

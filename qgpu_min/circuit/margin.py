@@ -81,21 +81,24 @@ def static_check(p: Plan, min_margin: float = 1e-4) -> MarginReport:
     return MarginReport(n, worst, worst_gate, max_active, problems)
 
 
-def text_gate_check(layers: list[LayerWeights], text_rows: np.ndarray, limit: float = -90.0) -> float:
-    """The largest pre-activation (MLP gate, q/k/v) any text token reaches in any circuit layer; raises if it
-    is above `limit` (then some circuit unit would write on text tokens). text_rows: normalised text
-    embedding rows f32 [V, hidden] (what every circuit sublayer sees on text tokens)."""
+def text_gate_check(layers: list[LayerWeights], text_rows: np.ndarray, qk_rows: int, limit: float = -90.0) -> float:
+    """The largest pre-activation (MLP gate, query, key) any text token reaches in any circuit layer; raises
+    if it is above `limit` (then some circuit unit would write on text tokens). text_rows: normalised text
+    embedding rows f32 [V, hidden] (what every circuit sublayer sees on text tokens); qk_rows: the query and
+    key rows of in_proj_qkv (values need no gate)."""
     worst = -np.inf
     for i, lw in enumerate(layers):
         for name in ("gate", "qkv"):
             sp = lw.mats[name].to_sparse(exact=False)
             used = np.nonzero(np.diff(sp.indptr))[0]
+            if name == "qkv":
+                used = used[used < qk_rows]
             if not used.size:
                 continue
             dense = np.zeros((used.size, sp.shape[1]), np.float32)
             rows = np.repeat(np.arange(sp.shape[0]), np.diff(sp.indptr))
-            pos = np.searchsorted(used, rows)
-            dense[pos, sp.indices] = bf16_to_f32(sp.values)
+            sel = np.isin(rows, used)
+            dense[np.searchsorted(used, rows[sel]), sp.indices[sel]] = bf16_to_f32(sp.values[sel])
             top = float((text_rows @ dense.T).max())
             if top > limit:
                 raise CircuitError(f"layer {i} {name}: a text token reaches pre-activation {top:.1f} > {limit}; "

@@ -1,0 +1,89 @@
+"""Cost table of the library: MLP layers, units, heads and residual dims per op, measured by compiling it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import lib
+from .compile import BaseShape, Plan, emit, plan
+from .ir import Circuit, Gate, MemOp
+
+
+@dataclass
+class Cost:
+    name: str
+    mlp_layers: int   # depth in MLP sublayers
+    units: int        # gate units (without clears or the shared constant unit)
+    clear_units: int
+    heads: int
+    peak_dims: int    # residual dims live at once, inputs and outputs included
+
+
+def _peak_dims(p: Plan) -> int:
+    peak = 0
+    for t in range(-1, 2 * p.n_layers):
+        live = sum(len(p.dims[g]) for g, b in p.birth.items()
+                   if b <= t and (g not in p.clear_at or 2 * p.clear_at[g] + 1 > t) and g in p.dims)
+        peak = max(peak, live)
+    return peak
+
+
+def measure(name: str, c: Circuit, shape: BaseShape = BaseShape()) -> Cost:
+    p = plan(c, shape)
+    layers = emit(p)
+    mlp_layers = len({p.layer_of[id(op)] for op in p.ops if isinstance(op, Gate)})
+    units = sum(len(op.units) for op in p.ops if isinstance(op, Gate))
+    heads = sum(len(op.read_addrs) for op in p.ops if isinstance(op, MemOp))
+    clears = sum(lw.units for lw in layers) - units - len(layers)
+    return Cost(name, mlp_layers, units, clears, heads, _peak_dims(p))
+
+
+def _binary(name: str, build) -> Cost:
+    c = Circuit(name)
+    a, b = c.input_word("a"), c.input_word("b")
+    out = build(c, a, b)
+    for g in (out if isinstance(out, list) else [out]):
+        c.output(g)
+    return measure(name, c)
+
+
+OPS = {
+    "add": lambda c, a, b: lib.add(c, a, b),
+    "sub": lambda c, a, b: lib.sub(c, a, b),
+    "and": lambda c, a, b: lib.word_and(c, a, b),
+    "or": lambda c, a, b: lib.word_or(c, a, b),
+    "xor": lambda c, a, b: lib.word_xor(c, a, b),
+    "not": lambda c, a, b: lib.word_not(a),
+    "eq/ne": lambda c, a, b: lib.eq(c, a, b),
+    "lt/le (u or s)": lambda c, a, b: lib.ult(c, a, b),
+    "shl": lambda c, a, b: lib.shift(c, a, b, "shl"),
+    "shr": lambda c, a, b: lib.shift(c, a, b, "shr"),
+    "sra": lambda c, a, b: lib.shift(c, a, b, "sra"),
+    "min/max": lambda c, a, b: lib.minmax(c, a, b, True, False),
+    "mux (1-bit select)": lambda c, a, b: lib.mux_word(c, a[0], a, b),
+    "mul.lo": lambda c, a, b: lib.mul_lo(c, a, b),
+}
+
+
+def memory_cost() -> Cost:
+    c = Circuit("mem")
+    addr = c.input("waddr", 17)
+    val = c.input_word("v")
+    ra = c.input("raddr", 16)
+    mem = c.memory("ram", 16, (2,) * 32)
+    for g in c.access(mem, addr, val, [ra])[0]:
+        c.output(g)
+    return measure("memory read+write (32-bit, 1 port)", c)
+
+
+def cost_table(include_mul: bool = True) -> list[Cost]:
+    rows = [_binary(k, f) for k, f in OPS.items() if include_mul or k != "mul.lo"]
+    rows.append(memory_cost())
+    return rows
+
+
+def format_table(rows: list[Cost]) -> str:
+    head = f"{'op':36} {'MLP layers':>10} {'units':>7} {'clears':>7} {'heads':>5} {'peak dims':>9}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r.name:36} {r.mlp_layers:>10} {r.units:>7} {r.clear_units:>7} {r.heads:>5} {r.peak_dims:>9}")
+    return "\n".join(lines)
