@@ -208,6 +208,10 @@ def test_bf16_mode_rounds_and_mostly_agrees(tiny, model):
     diff = np.abs(lb - lf).max()
     assert 0 < diff < 0.1 * np.abs(lf).max()
     assert (lb.argmax(-1) == lf.argmax(-1)).mean() >= 0.75
+    a_log = model.weights.layers[0]["A_log"].copy()
+    shared = forward.Model(model.config, model.weights, "bf16")  # one Weights, two modes
+    assert np.array_equal(shared.weights.layers[0]["A_log"], round_bf16(a_log))
+    assert np.array_equal(model.weights.layers[0]["A_log"], a_log) and not np.array_equal(a_log, round_bf16(a_log))
 
 
 def test_bad_inputs_are_rejected(model):

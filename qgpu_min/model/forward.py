@@ -24,7 +24,7 @@ inference (HF `modeling_qwen3_5.py`): every value torch would hold as a bf16 ten
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +37,7 @@ from .weights import Weights, load_weights, weights_from_arrays
 
 MODES = ("fp32", "bf16")
 ATTENTION_BLOCK = 256  # prefill queries attended at a time
+F32_VECTORS = ("A_log", "gdn_norm")  # stored F32 in the published checkpoint
 
 
 def check_mode(mode: str) -> None:
@@ -75,17 +76,15 @@ class Model:
     def __init__(self, config: TextConfig, weights: Weights, mode: str = "fp32", tokenizer=None,
                  path: Path | None = None) -> None:
         check_mode(mode)
+        if mode == "bf16":  # torch casts every parameter to bf16, the F32-stored ones too (copies: the
+            # caller's Weights stay as they are)
+            weights = replace(weights, layers=[{**layer, **{n: round_bf16(layer[n]) for n in F32_VECTORS
+                                                            if n in layer}} for layer in weights.layers])
         self.config, self.weights, self.mode, self.tokenizer, self.path = config, weights, mode, tokenizer, path
         self.r = round_bf16 if mode == "bf16" else _identity
-        cfg = config
-        rot = cfg.rotary_dim
-        self._inv_freq = (np.float32(1) / np.power(np.float32(cfg.rope_theta),
+        rot = config.rotary_dim
+        self._inv_freq = (np.float32(1) / np.power(np.float32(config.rope_theta),
                                                    np.arange(0, rot, 2, dtype=np.float32) / np.float32(rot)))
-        if mode == "bf16":  # torch casts every parameter to bf16, the F32-stored ones too
-            for layer in weights.layers:
-                for name in ("A_log", "gdn_norm"):
-                    if name in layer:
-                        layer[name] = round_bf16(layer[name])
         self._subset_cache: tuple[bytes, np.ndarray] | None = None
 
     # ---- state -------------------------------------------------------------------------------------------
