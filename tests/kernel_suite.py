@@ -205,16 +205,6 @@ def _reduce_make(rng, shape):
     return [ints(rng, n), ints(rng, shape.nblocks), n]
 
 
-def _arrays_make(n_in: int, n_out: int, spare: int = 3, gen=None, **data):
-    """(`n_in` inputs from gen(**data), `n_out` outputs pre-filled with noise, n)."""
-    gen = gen or ints
-
-    def make(rng, shape):
-        n = n_for(rng, shape, spare)
-        return [gen(rng, n, **data) for _ in range(n_in)] + [ints(rng, n) for _ in range(n_out)] + [n]
-    return make
-
-
 def _warp_sum_make(rng, shape):
     n = n_for(rng, shape, spare=5)
     return [ints(rng, n), ints(rng, _warp_count(shape)), n]
@@ -422,6 +412,100 @@ def _index_2d_make(rng, shape):
     return [ints(rng, w * h), w, h]
 
 
+def s16(x) -> np.ndarray:
+    x = np.asarray(x, dtype=np.int64) & 0xFFFF
+    return np.where(x >= 2**15, x - 2**16, x)
+
+
+def _bytes_make(rng, shape):
+    n = n_for(rng, shape)
+    return [ints(rng, n, 0, 255), ints(rng, n, 0, 255), n, int(rng.integers(-300, 300))]
+
+
+def _widen_make(rng, shape):
+    n = n_for(rng, shape)
+    return [ints(rng, n, -(2**15), 2**15 - 1), ints(rng, n), n]
+
+
+def _narrow_make(rng, shape):
+    n = n_for(rng, shape)
+    return [ints(rng, n), ints(rng, n, -(2**15), 2**15 - 1), n]
+
+
+def _fir_make(rng, shape):
+    n_out = n_for(rng, shape)
+    return [ints(rng, n_out + 4, -(2**20), 2**20), ints(rng, n_out), n_out]
+
+
+def _counters_make(rng, shape):
+    n = n_for(rng, shape)
+    limit = int(rng.integers(0, 10))
+    return [uints(rng, n), rng.integers(0, limit, size=1, endpoint=True), rng.integers(0, limit, size=1, endpoint=True),
+            ints(rng, 1), uints(rng, 1), limit, n]
+
+
+def _counters_expect(a, s):
+    inp, n, m = a[0], a[6], a[5] + 1
+    return {1: (a[1] + n) % m, 2: (a[2] - n) % m, 3: s32(a[3] - (inp & 0xFF).sum()),
+            4: a[4] & np.bitwise_and.reduce(inp | 0x0F0F0000, keepdims=True)}
+
+
+def _gather_make(rng, shape):
+    n = n_for(rng, shape)
+    return [ints(rng, n), rng.integers(0, n, size=n), rng.permutation(n), ints(rng, n), ints(rng, n), n]
+
+
+def _gather_expect(a, s):
+    scattered = np.empty_like(a[0])
+    scattered[a[2]] = a[0]
+    return {3: a[0][a[1]], 4: scattered}
+
+
+def _find_key_make(rng, shape):
+    n, length = n_for(rng, shape), int(rng.integers(1, 12))
+    return [ints(rng, length, -5, 10), length, ints(rng, n, -5, 12), ints(rng, n), ints(rng, n), n]
+
+
+def _find_key_expect(a, s):
+    table, keys = a[0], a[2]
+    hits = [np.flatnonzero(table == k) for k in keys]
+    pos = np.array([h[0] if len(h) else -1 for h in hits])
+    before = np.array([np.count_nonzero(table[: p if p >= 0 else len(table)] > 0) for p in pos])
+    return {3: pos, 4: before}
+
+
+def _wide_make(rng, shape):
+    n = n_for(rng, shape)
+    a, b = ints(rng, n), ints(rng, n)
+    a[:2], b[:2] = [I32_MAX, I32_MIN][:n], [1, -1][:n]  # one overflow each way, whatever the shape
+    return [a, b, ints(rng, n), n]
+
+
+def _ballot_expect(a, s):
+    rows = per_warp(a[0], s) > 0
+    ballot = np.repeat((rows * (1 << np.arange(4))).sum(axis=1), 4)[: a[4]]
+    return {1: ballot, 2: np.repeat(rows.any(axis=1), 4)[: a[4]].astype(np.int64),
+            3: np.repeat(rows.all(axis=1), 4)[: a[4]].astype(np.int64)}
+
+
+def _pairs_expect(a, s):
+    pairs = padded(a[0], s.threads).reshape(-1, 2)
+    n = a[4]
+    return {1: pairs[:, ::-1].ravel()[:n], 2: np.repeat(pairs[:, 0], 2)[:n],
+            3: np.stack([pairs[:, 1], pairs[:, 1]], axis=1).ravel()[:n]}
+
+
+def _block_stats_make(rng, shape):
+    n = n_for(rng, shape, spare=shape.bsize + 1)
+    return [ints(rng, n), ints(rng, shape.nblocks), ints(rng, shape.nblocks), n]
+
+
+def _block_stats_expect(a, s):
+    rows = per_block(a[0], s, I32_MIN)
+    sums = per_block(a[0], s, 0).sum(axis=1)
+    return {1: rows.max(axis=1), 2: s32(sums)}
+
+
 def gen(lo: int = I32_MIN, hi: int = I32_MAX, *edges: int) -> Callable:
     """An input generator (rng, n) -> array: ints in [lo, hi] with edge values."""
     return lambda rng, n: ints(rng, n, lo, hi, edges)
@@ -446,7 +530,7 @@ def arrays(*inputs: Callable, outs: int = 0, spare: int = 3, count: Callable | N
 
 
 CASES: tuple[Case, ...] = (
-    Case("vec_add.cu", None, ANY_1D, *_binary(lambda a, b: s32(a + b))),
+    Case("vec_add.cu", None, ANY_1D + (S(64, 1), S(10, 32)), *_binary(lambda a, b: s32(a + b))),
     Case("vec_ops.cu", "vec_sub", ANY_1D, *_binary(lambda a, b: s32(a - b))),
     Case("vec_ops.cu", "vec_mul", ANY_1D, *_binary(lambda a, b: s32(a * b))),
     Case("vec_ops.cu", "vec_logic", ANY_1D,
@@ -510,8 +594,8 @@ CASES: tuple[Case, ...] = (
     Case("divmod_const.cu", None, ANY_1D, arrays(gen(I32_MIN, I32_MAX, 7, -7, 16, -16, -3, 3, 10), outs=6),
          lambda a, s: {1: cdiv(a[0], 7), 2: cmod(a[0], 7), 3: cdiv(a[0], -3), 4: cdiv(a[0], 16),
                        5: cmod(a[0], 16), 6: words(a[0]) // 10 + words(a[0]) % 10}),
-    Case("grid_stride.cu", None, ANY_1D,
-         arrays(I, outs=1, count=grid_stride_n, tail=lambda r, n: [int(v) for v in ints(r, 2)]),
+    Case("grid_stride.cu", None, ANY_1D + (S(3, 29),),
+         arrays(I, outs=1, count=lambda r, s: 500 if s == S(3, 29) else grid_stride_n(r, s), tail=lambda r, n: [int(v) for v in ints(r, 2)]),
          lambda a, s: {1: s32(a[0] * a[3] + a[4])}),
     Case("block_reverse.cu", None, ANY_1D, arrays(I, outs=1), _block_reverse_expect),
     Case("local_array.cu", None, (S(2, 4), S(1, 1), S(1, 3), S(1, 8), S(3, 5)),
@@ -550,7 +634,7 @@ CASES: tuple[Case, ...] = (
          lambda a, s: {1: np.where(a[0] >= 0, _primes_upto(3000)[np.clip(a[0], 0, None)], False).astype(np.int64)}),
     Case("adjacent_diff.cu", None, ANY_1D, arrays(I, outs=1), lambda a, s: {1: s32(np.diff(a[0], prepend=0))}),
     Case("reverse_global.cu", None, ANY_1D, arrays(I, outs=1), lambda a, s: {1: a[0][::-1]}),
-    Case("index_2d.cu", None, GRID_2D, _index_2d_make,
+    Case("index_2d.cu", None, GRID_2D + (S((8, 8), (1, 1)), S((4, 2), (4, 8))), _index_2d_make,
          lambda a, s: {0: (np.arange(a[1])[None, :] * 100 + np.arange(a[2])[:, None]
                            - s.grid[0] * s.block[1]).ravel()}),
     Case("sum_squares.cu", None, WARPS_1D,
@@ -566,6 +650,25 @@ CASES: tuple[Case, ...] = (
     Case("warp_vote_manual.cu", None, WARPS_1D, arrays(I, outs=2, spare=5), _vote_expect),
     Case("cond_loop.cu", None, ANY_1D, arrays(U, gen(2, 40, 10, 16), outs=1),
          lambda a, s: {2: np.array([_digit_sum(int(x), int(b)) for x, b in zip(a[0], a[1])])}),
+    Case("bytes.cu", "brighten", ANY_1D, _bytes_make, lambda a, s: {1: np.clip(a[0] + a[3], 0, 255)}),
+    Case("bytes.cu", "widen", ANY_1D, _widen_make, lambda a, s: {1: a[0] * 3}),
+    Case("bytes.cu", "narrow", ANY_1D, _narrow_make, lambda a, s: {1: s16(a[0] >> 4)}),
+    Case("constant_table.cu", None, ANY_1D, _fir_make,
+         lambda a, s: {1: s32(np.convolve(a[0], [1, -4, 6, -4, 1], mode="valid"))}),
+    Case("device_ticket.cu", None, ANY_1D, lambda r, s: (lambda n: [ints(r, n), n])(n_for(r, s)),
+         lambda a, s: {0: Unordered(np.arange(100, 100 + a[1]), a[1])}),
+    Case("ballot.cu", None, WARPS_1D, arrays(I, outs=3, spare=5), _ballot_expect),
+    Case("shfl_width.cu", None, WARPS_1D, arrays(I, outs=3, spare=5), _pairs_expect),
+    Case("atomic_inc_dec.cu", None, ANY_1D, _counters_make, _counters_expect),
+    Case("shared_atomics.cu", None, ANY_1D, _block_stats_make, _block_stats_expect),
+    Case("gather_scatter.cu", None, ANY_1D, _gather_make, _gather_expect),
+    Case("search_break.cu", None, ANY_1D, _find_key_make, _find_key_expect),
+    Case("warp_sync_shared.cu", None, WARPS_1D, arrays(I, outs=1, spare=5),
+         lambda a, s: {1: s32(np.roll(per_warp(a[0], s) * 2, 1, axis=1) + 1).ravel()[: a[2]]}),
+    Case("countdown.cu", None, ANY_1D, arrays(I, outs=1),
+         lambda a, s: {1: s32(np.cumsum(a[0][::-1])[::-1])}),
+    Case("wide_compare.cu", None, ANY_1D, _wide_make,
+         lambda a, s: {2: np.sign(a[0] + a[1] - np.clip(a[0] + a[1], I32_MIN, I32_MAX))}),
     Case("nested_loops.cu", None, (S(2, 4), S(1, 1), S(1, 3), S(1, 8), S(2, 7)), arrays(I, outs=1),
          lambda a, s: {1: s32(np.convolve(a[0], np.arange(1, a[2] + 1))[: a[2]])}),
 )
