@@ -277,10 +277,47 @@ int qgpu_get_isa(void) {
     return isa_level;
 }
 
+/* Several products sharing X in one parallel dispatch: the matrices' rows are laid end to end in one
+ * virtual row range (each starting at a multiple of the 16-row grain, so chunks never split a tile across
+ * matrices) and each chunk is cut at the matrix boundaries. Every row is computed by the same rows_* code
+ * as a single product, so each result is bit-identical to its own qgpu_matmul_bf16. */
+enum { ROW_GRAIN = 16 };
+
+typedef struct {
+    prod_args parts[QGPU_MAX_MULTI];
+    size_t start[QGPU_MAX_MULTI];
+    size_t count;
+    qgpu_range_fn rows;
+} multi_args;
+
+static void multi_rows(void *ctx, size_t v0, size_t v1) {
+    const multi_args *m = (const multi_args *)ctx;
+    for (size_t j = 0; j < m->count; j++) {
+        size_t begin = v0 > m->start[j] ? v0 : m->start[j];
+        size_t end = m->start[j] + m->parts[j].out;
+        if (v1 < end) end = v1;
+        if (begin < end) m->rows((void *)&m->parts[j], begin - m->start[j], end - m->start[j]);
+    }
+}
+
+void qgpu_matmul_bf16_multi(const uint16_t *const *ws, const size_t *outs, size_t count, size_t in,
+                            const float *x, size_t n, float *y) {
+    multi_args m;
+    size_t rows = 0, work_rows = 0;
+    m.count = count < QGPU_MAX_MULTI ? count : QGPU_MAX_MULTI;
+    m.rows = ROWS_BY_ISA[qgpu_get_isa()];
+    for (size_t j = 0; j < m.count; j++) {
+        prod_args a = {ws[j], outs[j], in, x, n, y + n * work_rows};
+        m.parts[j] = a;
+        m.start[j] = rows;
+        rows += (outs[j] + ROW_GRAIN - 1) / ROW_GRAIN * ROW_GRAIN;
+        work_rows += outs[j];
+    }
+    qgpu_parallel_for(rows, ROW_GRAIN, work_rows * in * (n ? n : 1), multi_rows, &m);
+}
+
 void qgpu_matmul_bf16(const uint16_t *w, size_t out, size_t in, const float *x, size_t n, float *y) {
-    prod_args a = {w, out, in, x, n, y};
-    /* Grain of 16 rows keeps each thread's range a whole number of 4-row tiles. */
-    qgpu_parallel_for(out, 16, out * in * (n ? n : 1), ROWS_BY_ISA[qgpu_get_isa()], &a);
+    qgpu_matmul_bf16_multi(&w, &out, 1, in, x, n, y);
 }
 
 void qgpu_matvec_bf16(const uint16_t *w, size_t out, size_t in, const float *x, float *y) {

@@ -10,7 +10,7 @@
 
 /* CDEF BEGIN */
 int qgpu_core_version(void);
-enum { QGPU_MAX_DV = 4096 };
+enum { QGPU_MAX_DV = 4096, QGPU_MAX_MULTI = 16 };
 
 /* Threads used by the parallel kernels: QGPU_THREADS from the environment, else the online CPUs (read at
  * first use). qgpu_set_threads(n) overrides it (n <= 0 goes back to that default). */
@@ -27,6 +27,10 @@ int qgpu_best_isa(void);
 void qgpu_matvec_bf16(const uint16_t *w, size_t out, size_t in, const float *x, float *y);
 /* Y[n, out] = X[n, in] . W[out, in]^T */
 void qgpu_matmul_bf16(const uint16_t *w, size_t out, size_t in, const float *x, size_t n, float *y);
+/* Y_j[n, outs[j]] = X[n, in] . W_j[outs[j], in]^T for W_j = ws[j], j < count <= QGPU_MAX_MULTI, in one
+ * parallel dispatch; the Y_j lie one after another in y. Each is bit-identical to its own qgpu_matmul_bf16. */
+void qgpu_matmul_bf16_multi(const uint16_t *const *ws, const size_t *outs, size_t count, size_t in,
+                            const float *x, size_t n, float *y);
 
 /* Y[n, out] = X[n, in] . W^T for a CSR bf16 matrix W [out, in]: row r has values[indptr[r] ..
  * indptr[r+1]) at columns indices[same]. matvec is n = 1. */
@@ -46,6 +50,12 @@ void qgpu_conv_update(float *state, size_t c, size_t k, const float *x, const fl
  * g, beta [h] -> o [h, dv]. Per head: S *= exp(g); kv = S^T k; S += k (x) (v - kv) beta; o = S^T q. */
 void qgpu_deltanet_step(float *s, size_t h, size_t dk, size_t dv, const float *q, const float *k,
                         const float *v, const float *g, const float *beta, float *o);
+
+/* Prefill: t tokens in order, bit-identical to t single-token calls. conv: x, y [t, c]. deltanet: q, k
+ * [t, h, dk]; v [t, h, dv]; g, beta [t, h] -> o [t, h, dv]. */
+void qgpu_conv_prefill(float *state, size_t c, size_t k, size_t t, const float *x, const float *w, float *y);
+void qgpu_deltanet_prefill(float *s, size_t h, size_t dk, size_t dv, size_t t, const float *q, const float *k,
+                           const float *v, const float *g, const float *beta, float *o);
 /* CDEF END */
 
 /* Internal: run fn(ctx, begin, end) over contiguous ranges covering [0, n), on up to qgpu_get_threads()

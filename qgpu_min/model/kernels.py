@@ -13,6 +13,8 @@ norms and the DeltaNet step agree to a few fp32 ulps.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from qgpu_min._core import ffi, lib
@@ -61,13 +63,13 @@ def _check_shape(fn: str, name: str, a: np.ndarray, shape: tuple) -> None:
         raise KernelInputError(f"{fn}: {name} has shape {a.shape}, expected {_shape_text(shape)}")
 
 
-def _weight(fn: str, w: object) -> np.ndarray:
+def _weight(fn: str, w: object, name: str = "w_bits") -> np.ndarray:
     if not isinstance(w, np.ndarray) or w.dtype != np.uint16 or w.ndim != 2:
-        raise KernelInputError(f"{fn}: w_bits must be a 2-D uint16 array of bf16 bits [out, in] "
+        raise KernelInputError(f"{fn}: {name} must be a 2-D uint16 array of bf16 bits [out, in] "
                                f"(or a SparseBF16), got {_describe(w)}")
     if not w.flags.c_contiguous:
-        raise KernelInputError(f"{fn}: w_bits {w.shape} is not C-contiguous; weights are never copied "
-                               f"implicitly, pass np.ascontiguousarray(w_bits) if a copy is really wanted")
+        raise KernelInputError(f"{fn}: {name} {w.shape} is not C-contiguous; weights are never copied "
+                               f"implicitly, pass np.ascontiguousarray({name}) if a copy is really wanted")
     return w
 
 
@@ -127,6 +129,57 @@ def matmul_bf16(w_bits: np.ndarray | SparseBF16, x: np.ndarray) -> np.ndarray:
     return y
 
 
+def matmul_bf16_multi(ws: Sequence[np.ndarray | SparseBF16], x: np.ndarray) -> list[np.ndarray]:
+    """[matmul_bf16(w, x) for w in ws], bit for bit, with the dense weights in one parallel dispatch (fewer
+    thread wake-ups when several projections read the same input): X f32 [n, in] -> [f32 [n, out_j]]."""
+    n_in = _multi_width("matmul_bf16_multi", ws)
+    return _multi(ws, _activation("matmul_bf16_multi", "x", x, (None, n_in)))
+
+
+def matvec_bf16_multi(ws: Sequence[np.ndarray | SparseBF16], x: np.ndarray) -> list[np.ndarray]:
+    """[matvec_bf16(w, x) for w in ws], bit for bit, with the dense weights in one parallel dispatch:
+    x f32 [in] -> [f32 [out_j]]. For decode, e.g. in_proj_qkv/z/b/a, gate/up, or q/k/v on one input."""
+    n_in = _multi_width("matvec_bf16_multi", ws)
+    return [y[0] for y in _multi(ws, _activation("matvec_bf16_multi", "x", x, (n_in,))[None])]
+
+
+def _multi_width(fn: str, ws: object) -> int:
+    """The shared input width of ws, every weight checked before anything is computed."""
+    if not isinstance(ws, (list, tuple)) or not ws:
+        raise KernelInputError(f"{fn}: ws must be a non-empty list of weights, got {_describe(ws)}")
+    n_in = ws[0].shape[1] if isinstance(ws[0], (np.ndarray, SparseBF16)) and len(ws[0].shape) == 2 else None
+    for j, w in enumerate(ws):
+        if not isinstance(w, SparseBF16):
+            _weight(fn, w, f"ws[{j}]")
+        if w.shape[1] != n_in:
+            raise KernelInputError(f"{fn}: ws[{j}] has {w.shape[1]} input columns, ws[0] has {n_in}; "
+                                   f"the weights must share one input width")
+    return n_in
+
+
+def _multi(ws: Sequence[np.ndarray | SparseBF16], x: np.ndarray) -> list[np.ndarray]:
+    """The products of checked weights; the dense ones' results are views of one buffer, which the C call
+    fills in groups of up to QGPU_MAX_MULTI matrices."""
+    n, n_in = x.shape
+    dense = [w for w in ws if not isinstance(w, SparseBF16)]
+    buf = np.empty(n * sum(w.shape[0] for w in dense), np.float32)
+    ys, offset = [], 0
+    for w in ws:
+        if isinstance(w, SparseBF16):
+            ys.append(sparse_matmul(w, x))
+        else:
+            ys.append(buf[offset:offset + n * w.shape[0]].reshape(n, w.shape[0]))
+            offset += n * w.shape[0]
+    step, offset = lib.QGPU_MAX_MULTI, 0
+    for g in range(0, len(dense) if n else 0, step):
+        group = dense[g:g + step]
+        lib.qgpu_matmul_bf16_multi([ffi.from_buffer("uint16_t[]", w) for w in group],
+                                   [w.shape[0] for w in group], len(group), n_in, _f(x), n,
+                                   ffi.from_buffer("float[]", buf[offset:]))
+        offset += n * sum(w.shape[0] for w in group)
+    return ys
+
+
 def _sparse(fn: str, w: object) -> SparseBF16:
     if not isinstance(w, SparseBF16):
         raise KernelInputError(f"{fn}: w must be a SparseBF16, got {_describe(w)}")
@@ -184,17 +237,14 @@ def gated_rmsnorm(x: np.ndarray, z: np.ndarray, w: np.ndarray, eps: float) -> np
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Gated DeltaNet pieces, one token.
+# Gated DeltaNet pieces: one token, or a run of T tokens (prefill) in one call.
 
 
 def conv_update(conv_state: np.ndarray, x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Causal depthwise conv, one token: conv_state f32 [C, K-1] (shifted in place), x f32 [C], w f32 [C, K]
     -> pre-SiLU output f32 [C]."""
-    if not isinstance(w, np.ndarray) or w.ndim != 2 or w.shape[1] < 1:
-        raise KernelInputError(f"conv_update: w must be a float32 array [C, K] with K >= 1, got {_describe(w)}")
+    state, w = _conv_args("conv_update", conv_state, w)
     c, k = w.shape
-    w = _activation("conv_update", "w", w, (c, k))
-    state = _in_out("conv_update", "conv_state", conv_state, (c, k - 1))
     x = _activation("conv_update", "x", x, (c,))
     y = np.empty(c, dtype=np.float32)
     lib.qgpu_conv_update(_f(state), c, k, _f(x), _f(w), _f(y))
@@ -205,17 +255,56 @@ def deltanet_step(S: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g:
                   beta: np.ndarray) -> np.ndarray:
     """Gated delta rule, one token, all heads: S f32 [H, dk, dv] updated in place; q, k f32 [H, dk];
     v f32 [H, dv]; g, beta f32 [H] -> o f32 [H, dv]. See kernels_ref.deltanet_step for the math."""
+    S, q, k, v, g, beta = _delta_args("deltanet_step", S, q, k, v, g, beta, ())
+    h, dv = S.shape[0], S.shape[2]
+    o = np.empty((h, dv), dtype=np.float32)
+    lib.qgpu_deltanet_step(_f(S), h, S.shape[1], dv, _f(q), _f(k), _f(v), _f(g), _f(beta), _f(o))
+    return o
+
+
+def _conv_args(fn: str, conv_state: object, w: object) -> tuple[np.ndarray, np.ndarray]:
+    if not isinstance(w, np.ndarray) or w.ndim != 2 or w.shape[1] < 1:
+        raise KernelInputError(f"{fn}: w must be a float32 array [C, K] with K >= 1, got {_describe(w)}")
+    c, k = w.shape
+    w = _activation(fn, "w", w, (c, k))
+    return _in_out(fn, "conv_state", conv_state, (c, k - 1)), w
+
+
+def conv_prefill(conv_state: np.ndarray, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """conv_update over T tokens in order, in one call: x f32 [T, C] -> pre-SiLU f32 [T, C], bit-identical to
+    T conv_update calls; conv_state f32 [C, K-1] ends shifted past all T inputs."""
+    state, w = _conv_args("conv_prefill", conv_state, w)
+    c, k = w.shape
+    x = _activation("conv_prefill", "x", x, (None, c))
+    y = np.empty_like(x)
+    if x.shape[0]:
+        lib.qgpu_conv_prefill(_f(state), c, k, x.shape[0], _f(x), _f(w), _f(y))
+    return y
+
+
+def _delta_args(fn: str, S: object, q: object, k: object, v: object, g: object, beta: object,
+                lead: tuple) -> tuple[np.ndarray, ...]:
+    """Checked (S, q, k, v, g, beta); lead is () for one token, (T,) for a run (T from q)."""
     if not isinstance(S, np.ndarray) or S.ndim != 3:
-        raise KernelInputError(f"deltanet_step: S must be a float32 array [H, dk, dv], got {_describe(S)}")
+        raise KernelInputError(f"{fn}: S must be a float32 array [H, dk, dv], got {_describe(S)}")
     h, dk, dv = S.shape
     if dv > lib.QGPU_MAX_DV:
-        raise KernelInputError(f"deltanet_step: dv = {dv} exceeds the C kernel's limit {lib.QGPU_MAX_DV}")
-    S = _in_out("deltanet_step", "S", S, (h, dk, dv))
-    q = _activation("deltanet_step", "q", q, (h, dk))
-    k = _activation("deltanet_step", "k", k, (h, dk))
-    v = _activation("deltanet_step", "v", v, (h, dv))
-    g = _activation("deltanet_step", "g", g, (h,))
-    beta = _activation("deltanet_step", "beta", beta, (h,))
-    o = np.empty((h, dv), dtype=np.float32)
-    lib.qgpu_deltanet_step(_f(S), h, dk, dv, _f(q), _f(k), _f(v), _f(g), _f(beta), _f(o))
+        raise KernelInputError(f"{fn}: dv = {dv} exceeds the C kernel's limit {lib.QGPU_MAX_DV}")
+    S = _in_out(fn, "S", S, (h, dk, dv))
+    q = _activation(fn, "q", q, lead + (h, dk))
+    lead = q.shape[:len(lead)]
+    return (S, q, _activation(fn, "k", k, lead + (h, dk)), _activation(fn, "v", v, lead + (h, dv)),
+            _activation(fn, "g", g, lead + (h,)), _activation(fn, "beta", beta, lead + (h,)))
+
+
+def deltanet_prefill(S: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray,
+                     beta: np.ndarray) -> np.ndarray:
+    """deltanet_step over T tokens in order, in one call (threads take whole heads): q, k f32 [T, H, dk];
+    v f32 [T, H, dv]; g, beta f32 [T, H] -> o f32 [T, H, dv], bit-identical to T deltanet_step calls; S f32
+    [H, dk, dv] ends updated by all T tokens."""
+    S, q, k, v, g, beta = _delta_args("deltanet_prefill", S, q, k, v, g, beta, (None,))
+    (t, h, dk), dv = q.shape, S.shape[2]
+    o = np.empty((t, h, dv), dtype=np.float32)
+    if t:
+        lib.qgpu_deltanet_prefill(_f(S), h, dk, dv, t, _f(q), _f(k), _f(v), _f(g), _f(beta), _f(o))
     return o

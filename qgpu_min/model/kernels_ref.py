@@ -139,6 +139,16 @@ def matmul_bf16(w_bits: np.ndarray | SparseBF16, x: np.ndarray) -> np.ndarray:
     return x @ bf16_to_f32(w_bits).T
 
 
+def matvec_bf16_multi(ws: list, x: np.ndarray) -> list[np.ndarray]:
+    """Several products sharing one input x f32 [in]: [matvec_bf16(w, x) for w in ws]."""
+    return [matvec_bf16(w, x) for w in ws]
+
+
+def matmul_bf16_multi(ws: list, x: np.ndarray) -> list[np.ndarray]:
+    """Several products sharing one input X f32 [n, in]: [matmul_bf16(w, x) for w in ws]."""
+    return [matmul_bf16(w, x) for w in ws]
+
+
 def sparse_matvec(w: SparseBF16, x: np.ndarray) -> np.ndarray:
     """matvec_bf16 over the nonzeros only: y[r] = sum over row r's entries of value * x[column]."""
     y = np.zeros(w.shape[0], dtype=np.float32)
@@ -185,7 +195,7 @@ def l2norm(x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Gated DeltaNet pieces (reference §3.2 steps 2 and 7), one token.
+# Gated DeltaNet pieces (reference §3.2 steps 2 and 7): one token, and a run of T tokens (prefill).
 
 
 def conv_update(conv_state: np.ndarray, x: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -215,4 +225,22 @@ def deltanet_step(S: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g:
         delta = (v[h] - kv) * beta[h]             # write:  delta = (v - kv) * beta
         S[h] += np.outer(k[h], delta)             #         S[i, v] += k[i] delta[v]
         o[h] = S[h].T @ q[h]                      # read:   o[v] = sum_i S[i, v] q[i]  (updated state)
+    return o
+
+
+def conv_prefill(conv_state: np.ndarray, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """conv_update for each of T tokens in order: x f32 [T, C] -> pre-SiLU f32 [T, C]."""
+    y = np.empty_like(x)
+    for t in range(x.shape[0]):
+        y[t] = conv_update(conv_state, x[t], w)
+    return y
+
+
+def deltanet_prefill(S: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray,
+                     beta: np.ndarray) -> np.ndarray:
+    """deltanet_step for each of T tokens in order: q, k [T, H, dk]; v [T, H, dv]; g, beta [T, H]
+    -> o f32 [T, H, dv]."""
+    o = np.empty(v.shape, dtype=np.float32)
+    for t in range(q.shape[0]):
+        o[t] = deltanet_step(S, q[t], k[t], v[t], g[t], beta[t])
     return o
