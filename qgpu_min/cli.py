@@ -18,3 +18,5 @@ from .model.commands import generate_command  # noqa: E402
 main.add_command(generate_command)
 from .host.commands import run, compile_cmd  # noqa: E402
 main.add_command(run); main.add_command(compile_cmd, name="compile")
+from .circuit.commands import selftest_command, circuit_report_command  # noqa: E402
+main.add_command(selftest_command); main.add_command(circuit_report_command)

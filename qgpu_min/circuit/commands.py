@@ -1,0 +1,45 @@
+"""CLI: `qgpu-min selftest` and `qgpu-min circuit-report`."""
+from __future__ import annotations
+
+import sys
+import warnings
+
+import click
+
+
+@click.command("selftest")
+@click.option("--quick", is_flag=True, help="A fast subset: 200 operand pairs instead of 2000, shorter sequences.")
+@click.option("--seed", default=0, show_default=True, help="Seed of the random operands.")
+def selftest_command(quick: bool, seed: int) -> None:
+    """Check the circuit compiler: every library op exact through the compiled weights (fp32 and bf16),
+    static margins, memory, and silence on text tokens. Ends with 'N passed, M failed'."""
+    from .selftest import run_selftest
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # exp overflow inside silu(-inf side) is the intent
+        results = run_selftest(quick=quick, seed=seed)
+    failed = 0
+    for name, ok, detail in results:
+        failed += not ok
+        click.echo(f"{'PASS' if ok else 'FAIL'}  {name}: {detail}")
+    click.echo(f"{len(results) - failed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+@click.command("circuit-report")
+@click.option("--no-mul", is_flag=True, help="Skip mul.lo (the slowest to compile).")
+def circuit_report_command(no_mul: bool) -> None:
+    """Print the cost of every library op (MLP layers, units, heads, residual dims) and of the demo circuit."""
+    from .compile import plan
+    from .demos import demo_circuit
+    from .report import cost_table, format_table
+
+    click.echo(format_table(cost_table(include_mul=not no_mul)))
+    d = demo_circuit()
+    p = plan(d.circuit, keep=[ig for _, ig in d.out_code.pairs])
+    units = {L: 0 for L in range(p.n_layers)}
+    for op in p.ops:
+        if hasattr(op, "units"):
+            units[p.layer_of[id(op)]] += len(op.units)
+    click.echo(f"\ndemo circuit (RAM + 15-op ALU + output code): {p.n_layers} circuit layers + 1 output layer, "
+               f"{len(p.used_dims())} residual dims, gate units per layer {list(units.values())}")

@@ -1,0 +1,239 @@
+"""Self-test: the library's exactness through compiled weights (fp32 and bf16), static margins, text mute.
+
+Each check returns (name, ok, detail). Used by `qgpu-min selftest` and by the tests.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from qgpu_min.model import kernels
+from qgpu_min.model.bf16 import round_bf16
+
+from . import lib
+from .compile import BaseShape, Mute, add_mute, check_exact_weights, emit, plan
+from .ir import Circuit, CircuitError, Word
+from .margin import static_check, text_gate_check
+from .run import circuit_model, embedding_rows, read_groups
+from .sim import group_value, simulate, word_inputs, word_value
+from .tokens import find_text_gate
+
+MASK = 0xFFFFFFFF
+Check = tuple[str, bool, str]
+
+
+def _s32(x: np.ndarray) -> np.ndarray:
+    x = x & MASK
+    return np.where(x >= 2**31, x - 2**32, x)
+
+
+def _shift_ref(a: np.ndarray, b: np.ndarray, kind: str) -> np.ndarray:
+    n = np.minimum(b, 31)
+    if kind == "shl":
+        return np.where(b < 32, (a << n) & MASK, 0)
+    if kind == "shr":
+        return np.where(b < 32, a >> n, 0)
+    return np.where(b < 32, _s32(a) >> n, _s32(a) >> 31) & MASK
+
+
+# name -> (builder(c, a, b) -> word or bit, reference(a, b) -> ints)
+OPS = {
+    "add": (lambda c, a, b: lib.add(c, a, b), lambda a, b: (a + b) & MASK),
+    "sub": (lambda c, a, b: lib.sub(c, a, b), lambda a, b: (a - b) & MASK),
+    "and": (lambda c, a, b: lib.word_and(c, a, b), lambda a, b: a & b),
+    "or": (lambda c, a, b: lib.word_or(c, a, b), lambda a, b: a | b),
+    "xor": (lambda c, a, b: lib.word_xor(c, a, b), lambda a, b: a ^ b),
+    "not": (lambda c, a, b: lib.word_not(a), lambda a, b: ~a & MASK),
+    "shl": (lambda c, a, b: lib.shift(c, a, b, "shl"), lambda a, b: _shift_ref(a, b, "shl")),
+    "shr": (lambda c, a, b: lib.shift(c, a, b, "shr"), lambda a, b: _shift_ref(a, b, "shr")),
+    "sra": (lambda c, a, b: lib.shift(c, a, b, "sra"), lambda a, b: _shift_ref(a, b, "sra")),
+    "eq": (lambda c, a, b: lib.eq(c, a, b), lambda a, b: a == b),
+    "ne": (lambda c, a, b: lib.ne(c, a, b), lambda a, b: a != b),
+    "ult": (lambda c, a, b: lib.ult(c, a, b), lambda a, b: a < b),
+    "ule": (lambda c, a, b: lib.ule(c, a, b), lambda a, b: a <= b),
+    "slt": (lambda c, a, b: lib.slt(c, a, b), lambda a, b: _s32(a) < _s32(b)),
+    "sle": (lambda c, a, b: lib.sle(c, a, b), lambda a, b: _s32(a) <= _s32(b)),
+    "min": (lambda c, a, b: lib.minmax(c, a, b, True, False, "min"), lambda a, b: np.where(_s32(a) < _s32(b), a, b)),
+    "max": (lambda c, a, b: lib.minmax(c, a, b, True, True, "max"), lambda a, b: np.where(_s32(a) > _s32(b), a, b)),
+    "minu": (lambda c, a, b: lib.minmax(c, a, b, False, False, "minu"), lambda a, b: np.minimum(a, b)),
+    "maxu": (lambda c, a, b: lib.minmax(c, a, b, False, True, "maxu"), lambda a, b: np.maximum(a, b)),
+    "mux": (lambda c, a, b: lib.mux_word(c, b[0], a, b), lambda a, b: np.where(b & 1, a, b)),
+    "mul": (lambda c, a, b: lib.mul_lo(c, a, b), lambda a, b: (a * b) & MASK),
+}
+GROUPS = (tuple(k for k in OPS if k != "mul"), ("mul",))
+
+
+def operands(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """n operand pairs: edge cases first (0, +-1, extremes, carries through every bit, every shift amount),
+    then random words, random small values and random shift amounts."""
+    edge = [0, 1, MASK, 2**31 - 1, 2**31, 0x80000001, 0x7FFFFFFE, 0x0F0F0F0F, 0xF0F0F0F0, 0xAAAAAAAA]
+    pairs = [(x, y) for x in edge for y in edge]
+    pairs += [((1 << k) - 1, 1) for k in range(33)] + [(MASK, (1 << k)) for k in range(32)]
+    pairs += [(0xDEADBEEF, s) for s in range(40)] + [(0x80000000 | (1 << (k % 31)), k) for k in range(34)]
+    rng = np.random.default_rng(seed)
+    a, b = [np.array([p[i] & MASK for p in pairs], np.int64) for i in (0, 1)]
+    m = max(0, n - len(a))
+    ra = rng.integers(0, 2**32, m)
+    rb = rng.integers(0, 2**32, m)
+    small = rng.random(m) < 0.25
+    rb[small] = rng.integers(0, 40, small.sum())
+    neg = rng.random(m) < 0.1
+    ra[neg] = rng.integers(-300, 300, neg.sum()) & MASK
+    keep = max(n, len(a))  # every edge case, always
+    return np.concatenate([a, ra])[:keep], np.concatenate([b, rb])[:keep]
+
+
+def op_circuit(names: tuple[str, ...]) -> tuple[Circuit, Word, Word, dict]:
+    c = Circuit("ops")
+    a, b = c.input_word("a"), c.input_word("b")
+    outs = {}
+    for k in names:
+        r = OPS[k][0](c, a, b)
+        outs[k] = r
+        for g in (r if isinstance(r, list) else [r]):
+            c.output(g)
+    return c, a, b, outs
+
+
+def _decode(values_of, out) -> np.ndarray:
+    return values_of(out if isinstance(out, list) else [out])
+
+
+def check_library(n: int, modes: tuple[str, ...] = ("fp32", "bf16"), seed: int = 0,
+                  shape: BaseShape = BaseShape()) -> list[Check]:
+    """Every op on n operand pairs: IR simulation and compiled weights (each mode) against NumPy."""
+    results: list[Check] = []
+    A, B = operands(n, seed)
+    for names in GROUPS:
+        c, a, b, outs = op_circuit(names)
+        inp = {**word_inputs(a, A), **word_inputs(b, B)}
+        vals, _ = simulate(c, inp)
+        p = plan(c, shape)
+        layers = emit(p)
+        check_exact_weights(layers)
+        margins = static_check(p)
+        results.append((f"static margins ({', '.join(names) if len(names) < 3 else 'alu ops'})", margins.ok,
+                        f"{margins.units} units, worst margin {margins.worst_margin:.1e}, "
+                        f"max active pre-activation {margins.max_active}"
+                        + ("" if margins.ok else "; " + margins.problems[0])))
+        rows = embedding_rows(p, inp)
+        hidden = {}
+        for mode in modes:
+            model = circuit_model(layers, shape, rows, mode)
+            hidden[mode] = model.forward_hidden(model.new_state(), list(range(len(A))))
+        for k in names:
+            want = np.asarray(OPS[k][1](A, B)).astype(np.int64)
+            out = outs[k]
+
+            def ir_values(groups):
+                return np.stack([group_value(vals, g, len(A)) for g in groups], 1)
+            got_ir = _pack(ir_values, out)
+            ok = bool((got_ir == want).all())
+            detail = f"{len(A)} cases" if ok else _first_diff("IR", A, B, got_ir, want)
+            for mode in modes:
+                try:
+                    got = _pack(lambda groups, m=mode: read_groups(p, hidden[m], groups), out)
+                except CircuitError as e:
+                    ok, detail = False, f"{mode}: {e}"
+                    continue
+                if not (got == want).all():
+                    ok, detail = False, _first_diff(mode, A, B, got, want)
+            results.append((f"{k} exact (IR, {'/'.join(modes)})", ok, detail))
+    return results
+
+
+def _pack(values_of, out) -> np.ndarray:
+    bits = _decode(values_of, out)
+    return (bits << np.arange(bits.shape[1])).sum(axis=1)
+
+
+def _first_diff(where: str, A, B, got, want) -> str:
+    i = int(np.argmax(got != want))
+    return f"{where}: a={int(A[i]):#x} b={int(B[i]):#x} got {int(got[i]):#x} want {int(want[i]):#x}"
+
+
+def check_memory(tokens: int = 60, modes: tuple[str, ...] = ("fp32", "bf16"), seed: int = 0,
+                 shape: BaseShape = BaseShape()) -> list[Check]:
+    """A 16-word RAM with two read ports over a token sequence: compiled reads == IR simulation."""
+    rng = np.random.default_rng(seed)
+    rows = 16
+    c = Circuit("ram")
+    wa, wv = c.input("waddr", rows + 2), c.input_word("wval")
+    ra = [c.input("raddr0", rows), c.input("raddr1", rows)]
+    mem = c.memory("ram", rows, (2,) * 32)
+    ports = c.access(mem, wa, wv, ra)
+    total = lib.add(c, ports[0], ports[1])
+    for g in ports[0] + ports[1] + total:
+        c.output(g)
+    WA = np.concatenate([[rows + 1], rng.integers(0, rows + 1, tokens - 1)])
+    inp = {wa: WA, ra[0]: rng.integers(0, rows, tokens), ra[1]: rng.integers(0, rows, tokens),
+           **word_inputs(wv, rng.integers(0, 2**32, tokens))}
+    state, want = None, []
+    for t in range(tokens):
+        vals, state = simulate(c, {g: np.asarray(v)[t:t + 1] for g, v in inp.items()}, state)
+        want.append([word_value(vals, w, 1)[0] for w in (ports[0], ports[1], total)])
+    want = np.array(want)
+    p = plan(c, shape)
+    layers = emit(p)
+    emb = embedding_rows(p, inp)
+    out = []
+    for mode in modes:
+        model = circuit_model(layers, shape, emb, mode)
+        h = model.forward_hidden(model.new_state(), list(range(tokens)))
+        try:
+            got = np.stack([(read_groups(p, h, w) << np.arange(32)).sum(1) for w in (ports[0], ports[1], total)], 1)
+            ok = bool((got == want).all())
+            detail = f"{tokens} tokens" if ok else f"token {int(np.argmax((got != want).any(1)))} differs"
+        except CircuitError as e:
+            ok, detail = False, str(e)
+        out.append((f"memory read/write sequence ({mode})", ok, detail))
+    return out
+
+
+def check_text_mute(n_text: int = 256, modes: tuple[str, ...] = ("fp32", "bf16"), seed: int = 0,
+                    shape: BaseShape = BaseShape()) -> list[Check]:
+    """Circuit layers (a RAM + adder) over random text embeddings: every text token's residual and the
+    DeltaNet state come out unchanged, bit for bit, also after circuit tokens have written memory."""
+    rng = np.random.default_rng(seed)
+    c = Circuit("mute")
+    wa, wv, ra = c.input("waddr", 18), c.input_word("wval"), c.input("raddr", 16)
+    port = c.access(c.memory("ram", 16, (2,) * 32), wa, wv, [ra])[0]
+    for g in lib.add(c, port, wv):
+        c.output(g)
+    p = plan(c, shape)
+    layers = emit(p)
+    text = (rng.standard_normal((n_text, shape.hidden)) * (2 / np.sqrt(shape.hidden))).astype(np.float32)
+    text = round_bf16(text)
+    normed = (text / np.sqrt(np.mean(text.astype(np.float64) ** 2, 1, keepdims=True) + shape.eps)).astype(np.float32)
+    free = sorted(set(range(shape.hidden)) - p.used_dims())
+    mute: Mute = find_text_gate(normed, free, shape.hidden)
+    add_mute(layers, mute, shape)
+    worst = text_gate_check(layers, normed, 2 * shape.heads * shape.head_dim)
+    circ = embedding_rows(p, {wa: np.array([17, 3, 16]), ra: np.array([3, 3, 3]),
+                              **word_inputs(wv, np.array([7, 12345, 0]))})
+    emb = np.concatenate([text, circ])
+    results = [("text gate margin", worst <= -90, f"tau {mute.tau:.3g}, highest text pre-activation {worst:.1f}")]
+    for mode in modes:
+        model = circuit_model(layers, shape, emb, mode)
+        st = model.new_state()
+        ids = list(range(n_text))
+        # the final norm (neutral weight) of an unchanged residual is the norm of the embedding itself
+        want = model.r(kernels.rmsnorm(text, np.zeros(shape.hidden, np.float32), shape.eps, plus_one=True))
+        same_text = bool(np.array_equal(model.forward_hidden(st, ids), want))
+        untouched = all(not st.recurrent[i].any() for i in st.recurrent)
+        st2 = model.new_state()
+        model.forward_hidden(st2, [n_text, n_text + 1])
+        before = {i: st2.recurrent[i].copy() for i in st2.recurrent}
+        model.forward_hidden(st2, ids[:64])
+        kept = all(np.array_equal(before[i], st2.recurrent[i]) for i in before)
+        ok = same_text and untouched and kept
+        results.append((f"text mute ({mode})", ok, f"residual unchanged {same_text}, state untouched {untouched}, "
+                        f"memory kept across text {kept}"))
+    return results
+
+
+def run_selftest(quick: bool = False, seed: int = 0) -> list[Check]:
+    n = 200 if quick else 2000
+    out = check_library(n, seed=seed)
+    out += check_memory(24 if quick else 200, seed=seed)
+    out += check_text_mute(128 if quick else 512, seed=seed)
+    return out
