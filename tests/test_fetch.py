@@ -242,8 +242,12 @@ def test_corruption_after_verification_is_caught_offline(hub, tmp_path):
     data[-1] ^= 0xFF  # same size, different content, newer mtime
     blob.chmod(0o644)
     blob.write_bytes(bytes(data))
-    with pytest.raises(FetchError, match=f"{name} of .* has sha256 .* expected"):
+    with pytest.raises(FetchError, match=f"{name} of .* has sha256 .* expected .* delete {blob} and fetch again"):
         fetch_model(REPO, "main", cache_dir=tmp_path, local_files_only=True)
+    # Following the advice repairs the cache.
+    blob.unlink()
+    assert fetch_model(REPO, "main", cache_dir=tmp_path, endpoint=hub.url) == snap
+    assert (snap / name).read_bytes() == hub.files[name]
 
 
 def test_pinned_revision_must_match_the_reference_hashes(tmp_path, monkeypatch):

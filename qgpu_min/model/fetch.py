@@ -194,7 +194,7 @@ def _verify(snapshot: Path, expected: dict[str, FileRecord], where: str, stamp: 
         size = _size_or_missing(snapshot, name, where)
         if size != record.size:
             raise FetchError(f"{name} of {where} has {size} bytes, expected {record.size}: the file is incomplete "
-                             f"or corrupt ({path}); delete it and fetch again")
+                             f"or corrupt; delete {path.resolve()} and fetch again")
         if name.endswith(".safetensors"):
             _check_safetensors_length(path, size, where)
         if record.sha256 is None:
@@ -204,8 +204,8 @@ def _verify(snapshot: Path, expected: dict[str, FileRecord], where: str, stamp: 
         say(f"checking sha256 of {name}")
         digest = _sha256(path)
         if digest != record.sha256:
-            raise FetchError(f"{name} of {where} has sha256 {digest}, expected {record.sha256}: the file is corrupt "
-                             f"({path}); delete it and fetch again")
+            raise FetchError(f"{name} of {where} has sha256 {digest}, expected {record.sha256}: the file is corrupt; "
+                             f"delete {path.resolve()} and fetch again")
 
 
 def _check_safetensors_length(path: Path, size: int, where: str) -> None:
@@ -224,7 +224,7 @@ def _check_safetensors_length(path: Path, size: int, where: str) -> None:
             raise FetchError(f"{path.name} of {where} has an unreadable safetensors header ({e})") from e
     if 8 + n + end != size:
         raise FetchError(f"{path.name} of {where} holds {size} bytes but its header describes {8 + n + end}: "
-                         "the file is truncated or corrupt; delete it and fetch again")
+                         f"the file is truncated or corrupt; delete {path.resolve()} and fetch again")
 
 
 def _remote_record(sibling) -> FileRecord:
