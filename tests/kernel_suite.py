@@ -506,6 +506,33 @@ def _block_stats_expect(a, s):
     return {1: rows.max(axis=1), 2: s32(sums)}
 
 
+def _digit_walk(x: int) -> int:
+    """What control_flow.cu computes, digit by digit from the least significant."""
+    if x == 0:
+        return -1
+    acc = 0
+    for d in map(int, reversed(str(x))):
+        if d == 7:
+            break
+        acc = acc * 2 if d == 3 else acc + d
+        if acc > 40:
+            return 1000 + acc
+    return acc
+
+
+SWITCH_TABLE = np.array([11, 22, 33, 44, 55, 66, 77, 88, 99, 111])
+
+
+def _template_make(rng, shape):
+    n = n_for(rng, shape)
+    return [int(ints(rng, 1)[0]), ints(rng, n), ints(rng, n), n]
+
+
+def _pair_sum_make(rng, shape):
+    n = n_for(rng, shape)
+    return [ints(rng, n), ints(rng, n), ints(rng, n), n, int(rng.integers(0, 2))]
+
+
 def gen(lo: int = I32_MIN, hi: int = I32_MAX, *edges: int) -> Callable:
     """An input generator (rng, n) -> array: ints in [lo, hi] with edge values."""
     return lambda rng, n: ints(rng, n, lo, hi, edges)
@@ -669,6 +696,17 @@ CASES: tuple[Case, ...] = (
          lambda a, s: {1: s32(np.cumsum(a[0][::-1])[::-1])}),
     Case("wide_compare.cu", None, ANY_1D, _wide_make,
          lambda a, s: {2: np.sign(a[0] + a[1] - np.clip(a[0] + a[1], I32_MIN, I32_MAX))}),
+    Case("bytes.cu", "signed_bytes", ANY_1D, arrays(gen(-128, 127), outs=1),
+         lambda a, s: {1: a[0] * 2 + (a[0] < 0)}),
+    Case("template_kernel.cu", None, ANY_1D, _template_make,
+         lambda a, s: {2: s32(a[2] + a[0] * a[1])}),
+    Case("control_flow.cu", None, ANY_1D,
+         arrays(lambda r, n: uints(r, n, edges=(7, 3333, 170, 1030507, 88888888, 98765)), outs=1),
+         lambda a, s: {1: np.array([_digit_walk(int(x)) for x in a[0]])}),
+    Case("pointer_select.cu", None, ANY_1D, _pair_sum_make,
+         lambda a, s: (lambda src: {2: s32(src + np.append(src[1:], 0))})(a[0] if a[4] else a[1])),
+    Case("switch_table.cu", None, ANY_1D, arrays(gen(-3, 12), outs=1),
+         lambda a, s: {1: np.where((a[0] >= 0) & (a[0] <= 9), SWITCH_TABLE[np.clip(a[0], 0, 9)], -1)}),
     Case("nested_loops.cu", None, (S(2, 4), S(1, 1), S(1, 3), S(1, 8), S(2, 7)), arrays(I, outs=1),
          lambda a, s: {1: s32(np.convolve(a[0], np.arange(1, a[2] + 1))[: a[2]])}),
 )

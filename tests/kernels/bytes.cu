@@ -16,3 +16,8 @@ __global__ void narrow(const int* in, short* out, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = (short)(in[i] >> 4);
 }
+
+__global__ void signed_bytes(const signed char* in, int* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = in[i] * 2 + (in[i] < 0);
+}
