@@ -30,6 +30,19 @@ typedef struct {
     float *y;
 } prod_args;
 
+/* Rows are read 4 at a time, and a row of 2048 bf16 is one 4 KiB page, where the hardware prefetchers
+ * stop; so the tile that starts 2 tiles ahead is prefetched while this one is read, one cache line (32
+ * weights) per row per 32 columns. Measured on the decode shapes (tools/bench_kernels.py): ~20% faster
+ * from DRAM; 1 tile ahead or into L2 only gained less. Prefetches never fault, but stay inside the matrix. */
+enum { PREFETCH_TILES_AHEAD = 2, LINE_WEIGHTS = 32 };
+
+static inline __attribute__((always_inline)) void prefetch_ahead(const prod_args *a, size_t r, const int NR,
+                                                                 size_t k) {
+    size_t ahead = r + PREFETCH_TILES_AHEAD * (size_t)NR;
+    if (k % LINE_WEIGHTS == 0 && ahead + (size_t)NR <= a->out)
+        for (int i = 0; i < NR; i++) __builtin_prefetch(a->w + (ahead + i) * a->in + k, 0, 3);
+}
+
 static size_t token_block(size_t in, size_t tile_tokens) {
     size_t tb = X_BLOCK_FLOATS / (in ? in : 1);
     tb -= tb % tile_tokens;
@@ -59,13 +72,14 @@ static inline v4f load_x4_generic(const float *p) {
 }
 
 static inline __attribute__((always_inline)) void tile_generic(const prod_args *a, size_t r, size_t t,
-                                                               const int NR) {
+                                                               const int NR, const int pf) {
     const size_t in = a->in;
     const float *x = a->x + t * in;
     v4f lo[4], hi[4]; /* lanes 0-3 and 4-7 of each row's accumulator */
     for (int i = 0; i < NR; i++) lo[i] = hi[i] = (v4f){0};
     size_t k = 0;
     for (; k + 8 <= in; k += 8) {
+        if (pf) prefetch_ahead(a, r, NR, k);
         v4f x_lo = load_x4_generic(x + k), x_hi = load_x4_generic(x + k + 4);
         for (int i = 0; i < NR; i++) {
             const uint16_t *w = a->w + (r + i) * in + k;
@@ -100,9 +114,9 @@ static void rows_generic(void *ctx, size_t r0, size_t r1) {
         size_t t1 = t0 + tb < a->n ? t0 + tb : a->n;
         size_t r = r0;
         for (; r + 4 <= r1; r += 4)
-            for (size_t t = t0; t < t1; t++) tile_generic(a, r, t, 4);
+            for (size_t t = t0; t < t1; t++) tile_generic(a, r, t, 4, t == t0);
         for (; r < r1; r++)
-            for (size_t t = t0; t < t1; t++) tile_generic(a, r, t, 1);
+            for (size_t t = t0; t < t1; t++) tile_generic(a, r, t, 1, 0);
     }
 }
 
@@ -137,13 +151,14 @@ AVX2_INLINE float reduce8(__m256 v) {
 }
 
 /* NR rows x NT tokens; NR, NT are constants at every call so the accumulators live in registers. */
-AVX2_INLINE void tile_avx2(const prod_args *a, size_t r, size_t t, const int NR, const int NT) {
+AVX2_INLINE void tile_avx2(const prod_args *a, size_t r, size_t t, const int NR, const int NT, const int pf) {
     const size_t in = a->in;
     __m256 acc[4][2], wv[4];
     for (int i = 0; i < NR; i++)
         for (int j = 0; j < NT; j++) acc[i][j] = _mm256_setzero_ps();
     size_t k = 0;
     for (; k + 8 <= in; k += 8) {
+        if (pf) prefetch_ahead(a, r, NR, k);
         for (int i = 0; i < NR; i++) wv[i] = load_w8(a->w + (r + i) * in + k);
         for (int j = 0; j < NT; j++) {
             __m256 xv = _mm256_loadu_ps(a->x + (t + j) * in + k);
@@ -169,11 +184,11 @@ AVX2 static void rows_avx2(void *ctx, size_t r0, size_t r1) {
         size_t r = r0;
         for (; r + 4 <= r1; r += 4) {
             size_t t = t0;
-            for (; t + 2 <= t1; t += 2) tile_avx2(a, r, t, 4, 2);
-            for (; t < t1; t++) tile_avx2(a, r, t, 4, 1);
+            for (; t + 2 <= t1; t += 2) tile_avx2(a, r, t, 4, 2, t == t0);
+            for (; t < t1; t++) tile_avx2(a, r, t, 4, 1, t == t0);
         }
         for (; r < r1; r++)
-            for (size_t t = t0; t < t1; t++) tile_avx2(a, r, t, 1, 1);
+            for (size_t t = t0; t < t1; t++) tile_avx2(a, r, t, 1, 1, 0);
     }
 }
 
@@ -203,13 +218,15 @@ AVX512_INLINE float reduce16(__m512 v) {
     return _mm_cvtss_f32(q);
 }
 
-AVX512_INLINE void tile_avx512(const prod_args *a, size_t r, size_t t, const int NR, const int NT) {
+AVX512_INLINE void tile_avx512(const prod_args *a, size_t r, size_t t, const int NR, const int NT,
+                               const int pf) {
     const size_t in = a->in;
     __m512 acc[4][4], wv[4];
     for (int i = 0; i < NR; i++)
         for (int j = 0; j < NT; j++) acc[i][j] = _mm512_setzero_ps();
     size_t k = 0;
     for (; k + 16 <= in; k += 16) {
+        if (pf) prefetch_ahead(a, r, NR, k);
         for (int i = 0; i < NR; i++) wv[i] = load_w16(a->w + (r + i) * in + k);
         for (int j = 0; j < NT; j++) {
             __m512 xv = _mm512_loadu_ps(a->x + (t + j) * in + k);
@@ -236,11 +253,11 @@ AVX512 static void rows_avx512(void *ctx, size_t r0, size_t r1) {
         size_t r = r0;
         for (; r + 4 <= r1; r += 4) {
             size_t t = t0;
-            for (; t + 4 <= t1; t += 4) tile_avx512(a, r, t, 4, 4);
-            for (; t < t1; t++) tile_avx512(a, r, t, 4, 1);
+            for (; t + 4 <= t1; t += 4) tile_avx512(a, r, t, 4, 4, t == t0);
+            for (; t < t1; t++) tile_avx512(a, r, t, 4, 1, t == t0);
         }
         for (; r < r1; r++)
-            for (size_t t = t0; t < t1; t++) tile_avx512(a, r, t, 1, 1);
+            for (size_t t = t0; t < t1; t++) tile_avx512(a, r, t, 1, 1, 0);
     }
 }
 #endif /* QGPU_X86 */
