@@ -533,6 +533,11 @@ def _pair_sum_make(rng, shape):
     return [ints(rng, n), ints(rng, n), ints(rng, n), n, int(rng.integers(0, 2))]
 
 
+def _last_block_make(rng, shape):
+    n = n_for(rng, shape, spare=shape.bsize + 1)
+    return [ints(rng, n), ints(rng, shape.nblocks), ints(rng, 1), n]
+
+
 def gen(lo: int = I32_MIN, hi: int = I32_MAX, *edges: int) -> Callable:
     """An input generator (rng, n) -> array: ints in [lo, hi] with edge values."""
     return lambda rng, n: ints(rng, n, lo, hi, edges)
@@ -709,6 +714,8 @@ CASES: tuple[Case, ...] = (
          lambda a, s: (lambda src: {2: s32(src + np.append(src[1:], 0))})(a[0] if a[4] else a[1])),
     Case("switch_table.cu", None, ANY_1D, arrays(gen(-3, 12), outs=1),
          lambda a, s: {1: np.where((a[0] >= 0) & (a[0] <= 9), SWITCH_TABLE[np.clip(a[0], 0, 9)], -1)}),
+    Case("last_block.cu", None, ANY_1D + (S(9, 3),), _last_block_make,
+         lambda a, s: {1: s32(per_block(a[0][: a[3]], s).sum(axis=1)), 2: s32(a[0][: a[3]].sum(keepdims=True))}),
     Case("nested_loops.cu", None, (S(2, 4), S(1, 1), S(1, 3), S(1, 8), S(2, 7)), arrays(I, outs=1),
          lambda a, s: {1: s32(np.convolve(a[0], np.arange(1, a[2] + 1))[: a[2]])}),
 )

@@ -140,6 +140,11 @@ def test_block_over_capacity() -> None:
     assert_error(r, 1, "error:", "33")
 
 
+def test_memory_over_capacity() -> None:
+    r = qgpu("run", DOT, "--arg", "zeros(600)", "--arg", "zeros(600)", "--arg", "zeros(1)", "--arg", "3")
+    assert_error(r, 1, "error:", "1024", "over by")
+
+
 def test_backend_not_built() -> None:
     r = qgpu("run", DOT, *DOT_ARGS, "--backend", "circuit")
     assert_error(r, 1, "error:", "circuit")
