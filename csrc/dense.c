@@ -50,24 +50,24 @@ static size_t token_block(size_t in, size_t tile_tokens) {
 }
 
 /* ---- generic: GNU C vector extensions (gcc, clang) of 16 bytes, lowered to whatever the target has
- * (SSE2, NEON, or scalar code). 8 lanes as two 4-lane halves; tiles of 4 rows x 1 token. ---- */
+ * (SSE2, NEON, or scalar code). 8 lanes as two 4-lane halves, one for the even and one for the odd columns
+ * of each chunk of 8: 16 bytes of bf16 read as four 32-bit words hold an even and an odd weight each, and
+ * one shift or one mask turns each half into fp32 bits, with no unpacking. Tiles of 4 rows x 1 token. ---- */
 
 typedef float v4f __attribute__((vector_size(16)));
 typedef uint32_t v4u __attribute__((vector_size(16)));
-typedef uint16_t v4h __attribute__((vector_size(8)));
 
-static inline v4f load_w4_generic(const uint16_t *p) {
-    v4h h;
-    memcpy(&h, p, sizeof h);
-    v4u wide = __builtin_convertvector(h, v4u) << 16;
-    v4f f;
-    memcpy(&f, &wide, sizeof f);
-    return f;
-}
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define EVEN_WEIGHTS(u) ((u) & 0xFFFF0000u) /* the first of each pair is the word's high half */
+#define ODD_WEIGHTS(u) ((u) << 16)
+#else
+#define EVEN_WEIGHTS(u) ((u) << 16)
+#define ODD_WEIGHTS(u) ((u) & 0xFFFF0000u)
+#endif
 
-static inline v4f load_x4_generic(const float *p) {
+static inline v4f as_v4f(v4u u) {
     v4f f;
-    memcpy(&f, p, sizeof f);
+    memcpy(&f, &u, sizeof f);
     return f;
 }
 
@@ -75,33 +75,37 @@ static inline __attribute__((always_inline)) void tile_generic(const prod_args *
                                                                const int NR, const int pf) {
     const size_t in = a->in;
     const float *x = a->x + t * in;
-    v4f lo[4], hi[4]; /* lanes 0-3 and 4-7 of each row's accumulator */
-    for (int i = 0; i < NR; i++) lo[i] = hi[i] = (v4f){0};
+    v4f even[4], odd[4]; /* accumulators of columns 8c + 0, 2, 4, 6 and 8c + 1, 3, 5, 7 */
+    for (int i = 0; i < NR; i++) even[i] = odd[i] = (v4f){0};
     size_t k = 0;
     for (; k + 8 <= in; k += 8) {
         if (pf) prefetch_ahead(a, r, NR, k);
-        v4f x_lo = load_x4_generic(x + k), x_hi = load_x4_generic(x + k + 4);
+        const float *xk = x + k;
+        v4f x_even = {xk[0], xk[2], xk[4], xk[6]}, x_odd = {xk[1], xk[3], xk[5], xk[7]};
         for (int i = 0; i < NR; i++) {
-            const uint16_t *w = a->w + (r + i) * in + k;
-            lo[i] += load_w4_generic(w) * x_lo;
-            hi[i] += load_w4_generic(w + 4) * x_hi;
+            v4u u;
+            memcpy(&u, a->w + (r + i) * in + k, sizeof u);
+            even[i] += as_v4f(EVEN_WEIGHTS(u)) * x_even;
+            odd[i] += as_v4f(ODD_WEIGHTS(u)) * x_odd;
         }
     }
     if (k < in) { /* the tail chunk, zero-padded */
         uint16_t wbuf[8];
-        float xbuf[8] = {0};
-        memcpy(xbuf, x + k, (in - k) * sizeof *xbuf);
-        v4f x_lo = load_x4_generic(xbuf), x_hi = load_x4_generic(xbuf + 4);
+        float xk[8] = {0};
+        memcpy(xk, x + k, (in - k) * sizeof *xk);
+        v4f x_even = {xk[0], xk[2], xk[4], xk[6]}, x_odd = {xk[1], xk[3], xk[5], xk[7]};
         for (int i = 0; i < NR; i++) {
+            v4u u;
             memset(wbuf, 0, sizeof wbuf);
             memcpy(wbuf, a->w + (r + i) * in + k, (in - k) * sizeof *wbuf);
-            lo[i] += load_w4_generic(wbuf) * x_lo;
-            hi[i] += load_w4_generic(wbuf + 4) * x_hi;
+            memcpy(&u, wbuf, sizeof u);
+            even[i] += as_v4f(EVEN_WEIGHTS(u)) * x_even;
+            odd[i] += as_v4f(ODD_WEIGHTS(u)) * x_odd;
         }
     }
     for (int i = 0; i < NR; i++) {
         float lanes[4];
-        v4f sum = lo[i] + hi[i]; /* the same halving tree as the SIMD reductions */
+        v4f sum = even[i] + odd[i]; /* then the same halving tree as the SIMD reductions */
         memcpy(lanes, &sum, sizeof lanes);
         a->y[t * a->out + r + i] = (lanes[0] + lanes[2]) + (lanes[1] + lanes[3]);
     }

@@ -151,6 +151,28 @@ def bench_deltanet(rng: np.random.Generator, repeat: int) -> None:
     print(f"\ndeltanet step {h}x{dk}x{dv}: C {t_c * 1e6:.0f} us, numpy {t_ref * 1e6:.0f} us")
 
 
+def bench_prefill_recurrences(rng: np.random.Generator, repeat: int) -> None:
+    """A 2B DeltaNet layer's recurrences over a 64-token prompt: one call per token vs one call in all."""
+    t, h, dk, dv, c, k = 64, 16, 128, 128, 6144, 4
+    S = np.zeros((h, dk, dv), np.float32)
+    q = R.l2norm(rng.standard_normal((t, h, dk)).astype(np.float32)) / np.float32(np.sqrt(dk))
+    kk = R.l2norm(rng.standard_normal((t, h, dk)).astype(np.float32))
+    v = rng.standard_normal((t, h, dv)).astype(np.float32)
+    g = -rng.random((t, h)).astype(np.float32)
+    beta = rng.random((t, h)).astype(np.float32)
+    state, taps = np.zeros((c, k - 1), np.float32), rng.standard_normal((c, k)).astype(np.float32)
+    x = rng.standard_normal((t, c)).astype(np.float32)
+    runs = {"deltanet": (lambda: [K.deltanet_step(S, q[i], kk[i], v[i], g[i], beta[i]) for i in range(t)],
+                         lambda: K.deltanet_prefill(S, q, kk, v, g, beta)),
+            "conv": (lambda: [K.conv_update(state, x[i], taps) for i in range(t)],
+                     lambda: K.conv_prefill(state, x, taps))}
+    print(f"\nprefill recurrences, {t} tokens (ms): per-token calls vs one prefill call")
+    for name, (steps, prefill) in runs.items():
+        t_steps, t_prefill = best_time(steps, repeat), best_time(prefill, repeat)
+        print(f"  {name:<9} steps {t_steps * 1e3:7.3f}  prefill {t_prefill * 1e3:7.3f}  "
+              f"steps/prefill {t_steps / t_prefill:5.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=None, help="threads for the C kernels (default: all CPUs)")
@@ -168,6 +190,7 @@ def main() -> None:
     bench_matmul(rng, args.repeat)
     bench_sparse(rng, args.repeat)
     bench_deltanet(rng, args.repeat)
+    bench_prefill_recurrences(rng, args.repeat)
 
 
 if __name__ == "__main__":
