@@ -41,5 +41,5 @@ def circuit_report_command(no_mul: bool) -> None:
     for op in p.ops:
         if hasattr(op, "units"):
             units[p.layer_of[id(op)]] += len(op.units)
-    click.echo(f"\ndemo circuit (RAM + 15-op ALU + output code): {p.n_layers} circuit layers + 1 output layer, "
+    click.echo(f"\ndemo circuit (RAM + 15-op ALU + output code): {p.n_layers} circuit layers, "
                f"{len(p.used_dims())} residual dims, gate units per layer {list(units.values())}")

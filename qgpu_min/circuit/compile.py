@@ -274,8 +274,8 @@ class Mute:
 
 @dataclass
 class OutputCode:
-    """Final-layer output code: each (output group, token-code input group) pair of equal size; the
-    final MLP clears the input code and writes amplitude * output group onto the same dims."""
+    """The output code: each (output group, token-code input group) pair of equal size; the last MLP clears
+    the token's own code and writes amplitude * output group onto the same dims."""
 
     pairs: list
     amplitude: float = 256.0
@@ -329,8 +329,8 @@ class _Mlp:
         self.n += 1
 
 
-def _gate_units(p: Plan, mlp: _Mlp, gate: Gate) -> None:
-    dims = p.dims[id(gate.out)]
+def _gate_units(p: Plan, mlp: _Mlp, gate: Gate, dims: list[int], scale: float = 1.0) -> None:
+    """The gate's units, writing its output elements to `dims` (times `scale`)."""
     for u in gate.units:
         terms: dict[int, float] = {}
         theta = float(u.theta)
@@ -344,7 +344,7 @@ def _gate_units(p: Plan, mlp: _Mlp, gate: Gate) -> None:
                 terms[d] = terms.get(d, 0.0) + w
         out: dict[int, float] = {}
         for e, cf in u.out:
-            out[dims[e]] = out.get(dims[e], 0.0) + cf
+            out[dims[e]] = out.get(dims[e], 0.0) + cf * scale
         mlp.unit(terms, theta, out)
 
 
@@ -402,13 +402,21 @@ def _const_head(p: Plan, h: int, delta: tuple[int, ...], qkv: Coo, z: Coo, b: Co
 
 
 def emit(p: Plan, out_code: OutputCode | None = None) -> list[LayerWeights]:
-    """The weights of every circuit layer (plus one output layer when out_code is given)."""
+    """The weights of every circuit layer. With out_code, the last MLP also writes the output code: gates
+    that produce an output group there write it straight onto the code dims at the code amplitude, other
+    output groups are copied there, and the token's own code is cleared."""
     s = p.shape
     H, I, nh, hd = s.hidden, s.intermediate, s.heads, s.head_dim
     conv_dim = 3 * nh * hd
+    last = p.n_layers - 1
+    code_dims: dict[int, tuple[list[int], float]] = {}  # id(output group) -> (code dims, amplitude)
+    if out_code is not None:
+        for og, ig in out_code.pairs:
+            if og.size != ig.size:
+                raise CircuitError(f"output code: {og.name} and {ig.name} differ in size")
+            code_dims[id(og)] = ([_term_dims(p, ig, e) for e in range(ig.size)], out_code.amplitude)
     layers = []
-    n_total = p.n_layers + (1 if out_code is not None else 0)
-    for L in range(n_total):
+    for L in range(p.n_layers):
         qkv, z, b, a, out = Coo((conv_dim, H)), Coo((nh * hd, H)), Coo((nh, H)), Coo((nh, H)), Coo((H, nh * hd))
         mlp = _Mlp(p)
         # attention: memory ops, then the constant head for the ballast change
@@ -417,26 +425,32 @@ def emit(p: Plan, out_code: OutputCode | None = None) -> list[LayerWeights]:
             if isinstance(op, MemOp) and p.layer_of[id(op)] == L:
                 head += _mem_heads(p, op, head, qkv, z, b, out)
         before, after = ballast_at(p, 2 * L - 1), ballast_at(p, 2 * L)
-        if L < p.n_layers and before != after:
+        if before != after:
             _const_head(p, head, tuple(x - y for x, y in zip(after, before)), qkv, z, b, out)
             head += 1
         # MLP: the constant unit (ballast change and every gate's default element), gates, clears
         const_out: dict[int, float] = {}
-        nxt = ballast_at(p, 2 * L + 1) if L < p.n_layers else after
-        for d, v in zip(p.ballast_dims, tuple(x - y for x, y in zip(nxt, after))):
+        for d, v in zip(p.ballast_dims, tuple(x - y for x, y in zip(ballast_at(p, 2 * L + 1), after))):
             const_out[d] = float(v)
         gates = [op for op in p.ops if isinstance(op, Gate) and p.layer_of[id(op)] == L]
+        targets = {id(g): code_dims.get(id(g.out), (p.dims[id(g.out)], 1.0)) if L == last
+                   else (p.dims[id(g.out)], 1.0) for g in gates}
         for g in gates:
-            d = p.dims[id(g.out)][g.default]
-            const_out[d] = const_out.get(d, 0.0) + 1.0
-        if L == p.n_layers and out_code is not None:
+            dims, scale = targets[id(g)]
+            const_out[dims[g.default]] = const_out.get(dims[g.default], 0.0) + scale
+        if L == last and out_code is not None:
+            made_here = {id(g.out) for g in gates}
             for og, ig in out_code.pairs:
+                dims, amp = code_dims[id(og)]
+                if og.base is not None and id(og.root) in made_here:
+                    raise CircuitError(f"output {og.name} is a view of a gate in the last layer; output the gate")
                 for e in range(og.size):
-                    mlp.unit({_term_dims(p, ig, e): 1.0}, 0, {_term_dims(p, ig, e): -1.0})
-                    mlp.unit({_term_dims(p, og, e): 1.0}, 0, {_term_dims(p, ig, e): out_code.amplitude})
+                    mlp.unit({dims[e]: 1.0}, 0, {dims[e]: -1.0})  # the token's own code
+                    if id(og.root) not in made_here:
+                        mlp.unit({_term_dims(p, og, e): 1.0}, 0, {dims[e]: amp})
         mlp.unit({}, -1.0, const_out)  # relu(1) = 1: the constants
         for g in gates:
-            _gate_units(p, mlp, g)
+            _gate_units(p, mlp, g, *targets[id(g)])
         for gid, cl in p.clear_at.items():
             if cl == L and gid in p.dims:
                 for d in p.dims[gid]:
