@@ -238,3 +238,93 @@ def test_subword_memory_and_sign_extension(compiler):
     check(o, want, c, h)
     assert r.arrays["hs"].tolist() == [sh(x * 300 + y) for x, y in zip(c, h)]
     assert r.arrays["uc"].tolist() == [(y + x) & 0xFF for x, y in zip(c, h)]
+
+
+WIDE = r"""
+__global__ void wide(const int *a, const int *b, int *o, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  long long x = a[i], y = b[i];
+  unsigned long long u = (unsigned)a[i], v = (unsigned)b[i];
+  long long p = x * y;
+  o[0 * n + i] = (int)(p >> 32);
+  o[1 * n + i] = (int)(p >> (b[i] & 63));
+  o[2 * n + i] = (int)((u * v) >> 40);
+  o[3 * n + i] = (p > 1000000000LL) + 2 * (p < -5LL) + 4 * (u * v > 0x100000000ULL) + 8 * (x + y > 2147483647LL);
+  o[4 * n + i] = (int)((x << (a[i] & 63)) >> 32);
+  o[5 * n + i] = (int)(max(p, x * 3) - min(p, y * 5));
+  o[6 * n + i] = (int)((p + (x << 33)) >> 33);
+  o[7 * n + i] = (int)(llabs(p) >> 31);
+  o[8 * n + i] = (int)((u << (b[i] & 63)) >> 31) ^ (int)((x * 1000000007LL) >> 29);
+  o[9 * n + i] = (int)(-(p >> 1)) + (int)((unsigned long long)p >> 61);
+}
+"""
+
+
+def _w64(v):
+    v &= (1 << 64) - 1
+    return v - (1 << 64) if v >> 63 else v
+
+
+def ref_wide(x, y):
+    u, v = x & M32, y & M32
+    p = x * y
+    return [s32(p >> 32), s32(p >> (y & 63)), s32(((u * v) & (2 ** 64 - 1)) >> 40),
+            (p > 10 ** 9) + 2 * (p < -5) + 4 * (u * v > 2 ** 32) + 8 * (x + y > 2 ** 31 - 1),
+            s32(_w64(x << (x & 63)) >> 32), s32(max(p, 3 * x) - min(p, 5 * y)), s32(_w64(p + _w64(x << 33)) >> 33),
+            s32(abs(p) >> 31), s32(((u << (y & 63)) & (2 ** 64 - 1)) >> 31) ^ s32(_w64(x * 1000000007) >> 29),
+            s32(-(p >> 1) + ((p & (2 ** 64 - 1)) >> 61))]
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_64_bit_arithmetic_is_exact(compiler):
+    rng = random.Random(6)
+    a, b = rand_s32(rng, 64, small=True), rand_s32(rng, 64, small=True)
+    want = list(map(list, zip(*[ref_wide(x, y) for x, y in zip(a, b)])))
+    check(run_ops(WIDE, compiler, a, b, 10), want, a, b)
+
+
+FUNNEL_VOTE = r"""
+__device__ __forceinline__ unsigned shfl_w(unsigned a, unsigned b, unsigned c) { unsigned r; asm("shf.l.wrap.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c)); return r; }
+__device__ __forceinline__ unsigned shfr_c(unsigned a, unsigned b, unsigned c) { unsigned r; asm("shf.r.clamp.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c)); return r; }
+__device__ __forceinline__ unsigned shfr_5(unsigned a, unsigned b) { unsigned r; asm("shf.r.wrap.b32 %0, %1, %2, 5;" : "=r"(r) : "r"(a), "r"(b)); return r; }
+__global__ void fv(const unsigned *a, const unsigned *b, unsigned *o, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  unsigned x = a[i], y = b[i];
+  o[0 * n + i] = shfl_w(x, y, y);
+  o[1 * n + i] = shfr_c(x, y, y & 63);
+  o[2 * n + i] = shfr_5(x, y);
+  unsigned m = 0;
+  if (x & 1) m = __activemask() | (__ballot_sync(__activemask(), y & 1) << 8);
+  o[3 * n + i] = m + (__any_sync(0xffffffff, y & 1) << 16) + (__all_sync(0xffffffff, x & 1) << 17);
+}
+"""
+
+
+def ref_funnel_vote(a, b, n):
+    out = [[0] * n for _ in range(4)]
+    for i in range(n):
+        x, y = a[i], b[i]
+        pair = (y << 32) | x
+        m = y & 31
+        out[0][i] = ((pair << m) >> 32) & M32
+        c = min(y & 63, 32)
+        out[1][i] = (pair >> c) & M32
+        out[2][i] = (pair >> 5) & M32
+        w = i - i % 4
+        lanes = range(w, min(w + 4, n))
+        active = [j for j in lanes if a[j] & 1]
+        mask = sum(1 << (j - w) for j in active) | (sum(1 << (j - w) for j in active if b[j] & 1) << 8)
+        out[3][i] = (mask if x & 1 else 0) + (any(b[j] & 1 for j in lanes) << 16) + (all(a[j] & 1 for j in lanes) << 17)
+    return out
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_funnel_shifts_and_votes_in_divergent_code(compiler):
+    rng = random.Random(7)
+    n = 30
+    a = [rng.getrandbits(32) for _ in range(n)]
+    b = [rng.choice([rng.getrandbits(32), rng.randint(0, 70)]) for _ in range(n)]
+    a[4:8] = [1, 3, 5, 7]          # one warp where every lane votes "all"
+    check(run_ops(FUNNEL_VOTE, compiler, a, b, 4), ref_funnel_vote(a, b, n), a, b)

@@ -156,7 +156,7 @@ def lower(module: PtxModule, kernel: Function) -> Lowered:
             idx = len(machine)
             for slot, (_, v) in list(enumerate(pre)) + [(N_PRE + 1 + j, x) for j, x in enumerate(post)]:
                 if v.param is not None:
-                    params.append((idx, slot, v.param))
+                    params.append((idx, slot, v.param, v.param_part))
             machine.append(blk)
             if k + 1 < len(chunks):
                 blk.term = Term("JMP", taken=idx + 1)

@@ -25,6 +25,7 @@ class V:
     imm: int = 0
     bimm: bool = False
     param: int | None = None     # kernel parameter whose value the launch writes into imm
+    param_part: int = 0          # 0: its low word, 1: its high word (64-bit parameters)
     frame: tuple | None = None   # imm set once the frame size is known: ("neg",) or ("top", offset)
     t: str = ""
     f: str = ""

@@ -1,11 +1,9 @@
 """PTX instructions -> virtual machine code (lower_ir.V), expanding what the ISA lacks.
 
-Value representation: every PTX register becomes one 32-bit virtual register. A register narrower
-than 32 bits keeps only its low bits meaningful (inputs are sign/zero-extended where an operation
-depends on the high bits: compares, shifts right, min/max, division). 64-bit registers are NARROWED to
-their low 32 bits: exact for add/sub/mul.lo/mul.wide/and/or/xor/shl/neg/not/cvt (address arithmetic);
-compares of 64-bit values assume they fit in 32 bits; 64-bit shr/div/rem/mul.hi and 64-bit memory data
-are rejected. Predicates are registers holding 0/1.
+Value representation: every PTX register of up to 32 bits becomes one 32-bit virtual register; one
+narrower than 32 bits keeps only its low bits meaningful (inputs are sign/zero-extended where an
+operation depends on the high bits: compares, shifts right, min/max, division). A 64-bit register is
+a pair of virtual registers (lower_wide). Predicates are registers holding 0/1.
 """
 from __future__ import annotations
 
@@ -13,6 +11,7 @@ from dataclasses import dataclass, field
 
 from ..machine.isa import ALU_OPS, SPECIAL
 from .lower_ir import RZ, LoweringError, V
+from .lower_wide import WideOps, hi
 from .ptx import FloatImm, Function, Imm, Instr, Label, Mem, Pair, PtxModule, Reg, SReg, Sym, Vec, type_width
 
 M32 = 0xFFFFFFFF
@@ -57,6 +56,17 @@ class MemoryLayout:
     entries: list[tuple[str, str, int, int]] = field(default_factory=list)   # (space, name, address, bytes)
 
 
+WIDE = {"add": "w_binop", "sub": "w_binop", "mul": "w_binop", "mad": "w_binop", "and": "w_binop",
+        "or": "w_binop", "xor": "w_binop", "not": "w_unary", "neg": "w_unary", "abs": "w_unary",
+        "min": "w_minmax", "max": "w_minmax", "selp": "w_selp", "shl": "w_shl", "shr": "w_shr",
+        "div": None, "rem": None, "popc": None, "clz": None, "brev": None, "bfind": None, "bfe": None,
+        "bfi": None, "atom": None, "red": None, "cnot": None, "slct": None}
+
+
+def _type_or_none(ins: Instr) -> int | None:
+    return next((type_width(m) for m in reversed(ins.mods) if m in INT_TYPES), None)
+
+
 def _type(ins: Instr) -> tuple[str, int]:
     """(kind letter, width) of the instruction's last type modifier."""
     for m in reversed(ins.mods):
@@ -65,7 +75,7 @@ def _type(ins: Instr) -> tuple[str, int]:
     raise LoweringError(f"no integer type in `{ins.text}` at line {ins.line}")
 
 
-class Lowerer:
+class Lowerer(WideOps):
     def __init__(self, module: PtxModule, kernel: Function, layout: MemoryLayout, max_inline_depth: int = 8):
         self.module = module
         self.kernel = kernel
@@ -79,8 +89,6 @@ class Lowerer:
         self.ins: Instr | None = None
         self.scope: Scope | None = None
         self.shfl_preds: set[str] = set()
-        self.wide: dict[str, tuple] = {}            # 64-bit mul.wide results: vreg -> (a, b, kind)
-        self.def_counts: dict[str, dict[str, int]] = {}
 
     # ---- emission helpers ---------------------------------------------------------------
     def err(self, why: str) -> LoweringError:
@@ -243,20 +251,21 @@ class Lowerer:
         body = self.out[start:]
         dests = {d for v in body for d in v.defs()}
         d = self.dst(ins.operands[0]) if ins.operands and isinstance(ins.operands[0], Reg) else None
-        if d in dests and len(dests - {v.d for v in body if v.d.startswith("$t")}) == 1 \
-                and all(v.op in ALU_OPS for v in body):
-            # guarded ALU op: compute into a temporary, then select
-            t = self.tmp()
-            written = False
-            for v in body:
-                if written:
-                    v.a, v.b, v.c = (t if r == d else r for r in (v.a, v.b, v.c))
-                if v.d == d:
-                    v.d, written = t, True
-            if ins.pred[1]:
-                self.emit("SEL", d, p, d, c=t)
-            else:
-                self.emit("SEL", d, p, t, c=d)
+        targets = dests - {v.d for v in body if v.d.startswith("$t")}
+        if d in dests and targets <= {d, hi(d)} and all(v.op in ALU_OPS for v in body):
+            # guarded ALU op: compute into temporaries, then select
+            for x in sorted(targets):
+                t = self.tmp()
+                written = False
+                for v in body:
+                    if written:
+                        v.a, v.b, v.c = (t if r == x else r for r in (v.a, v.b, v.c))
+                    if v.d == x:
+                        v.d, written = t, True
+                if ins.pred[1]:
+                    self.emit("SEL", x, p, x, c=t)
+                else:
+                    self.emit("SEL", x, p, t, c=x)
             return
         # anything else: branch around it
         del self.out[start:]
@@ -270,6 +279,11 @@ class Lowerer:
     def dispatch(self, ins: Instr) -> None:
         handler = getattr(self, "op_" + ins.opcode, None)
         if ins.opcode in NOPS:
+            return
+        if ins.opcode in WIDE and _type_or_none(ins) == 64:
+            if WIDE[ins.opcode] is None:
+                raise self.err(f"64-bit {ins.opcode} is not supported")
+            getattr(self, WIDE[ins.opcode])(ins)
             return
         if handler is None:
             raise self.err(f"`{ins.opcode}` is not supported by the machine")
@@ -355,8 +369,8 @@ class Lowerer:
         d, s = ins.operands[:2]
         kind, w = _type(ins)
         if isinstance(s, Vec):              # pack {lo, hi}
-            if w == 64:
-                self.mov(self.dst(d), self.src(s.items[0]))
+            if w == 64 and len(s.items) == 2:
+                self.set2(self.dst2(d), self.src(s.items[0]), self.src(s.items[1]))
                 return
             if w == 32 and len(s.items) == 2:
                 lo = self.ext(self.src(s.items[0]), "u", 16)
@@ -365,26 +379,49 @@ class Lowerer:
                 return
             raise self.err("vector packing of this shape is not supported")
         if isinstance(d, Vec):              # unpack
+            if w == 64 and len(d.items) == 2:
+                lo, h = self.src2(s)
+                self.mov(self.dst(d.items[0]), lo)
+                self.mov(self.dst(d.items[1]), h)
+                return
             if w == 32 and len(d.items) == 2:
                 x = self.src(s)
                 self.mov(self.dst(d.items[0]), x)
                 self.alu("SHR", self.dst(d.items[1]), x, 16)
                 return
-            raise self.err("vector unpacking of this shape is not supported (64-bit values are narrowed)")
-        self.mov(self.dst(d), self.src(s))
+            raise self.err("vector unpacking of this shape is not supported")
+        if w == 64:
+            self.set2(self.dst2(d), *self.src2(s))
+        else:
+            self.mov(self.dst(d), self.src(s))
 
     def op_cvta(self, ins: Instr) -> None:
-        self.mov(self.dst(ins.operands[0]), self.src(ins.operands[1]))
+        if _type(ins)[1] == 64:
+            self.set2(self.dst2(ins.operands[0]), *self.src2(ins.operands[1]))
+        else:
+            self.mov(self.dst(ins.operands[0]), self.src(ins.operands[1]))
 
     def op_cvt(self, ins: Instr) -> None:
         types = [m for m in ins.mods if m in INT_TYPES]
         if len(types) != 2 or "sat" in ins.mods:
             raise self.err("only integer width conversions without saturation are supported")
         (dk, dw), (sk, sw) = ((t[0], type_width(t)) for t in types)
+        if dw == 64 and sw == 64:
+            self.set2(self.dst2(ins.operands[0]), *self.src2(ins.operands[1]))
+            return
         x = self.src(ins.operands[1])
         if dw > sw:
             x = self.ext(x, sk, sw)
-        self.mov(self.dst(ins.operands[0]), x)
+        if dw < 64:
+            self.mov(self.dst(ins.operands[0]), x)
+            return
+        if sk != "s":
+            h = 0
+        elif isinstance(x, int):
+            h = M32 if x >> 31 else 0
+        else:
+            h = self.emit("SRA", self.tmp(), x, 31)
+        self.set2(self.dst2(ins.operands[0]), x, h)
 
     # ---- arithmetic ---------------------------------------------------------------------
     def _binop(self, ins: Instr):
@@ -470,13 +507,12 @@ class Lowerer:
 
     def _mul(self, ins: Instr, d: str, a, b) -> None:
         kind, w = _type(ins)
-        if "wide" in ins.mods and w == 32 and ins.opcode == "mul" and self._single_def(d) \
-                and all(isinstance(x, int) or self._single_def(x) for x in (a, b)):
-            self.wide[d] = (a, b, kind)      # its high word can be recovered by a later shr
         if "hi" in ins.mods:
             self._mulhi(kind, w, d, a, b)
         elif "wide" in ins.mods and w < 32:
             self.alu("MUL", d, self.ext(a, kind, w), self.ext(b, kind, w))
+        elif "wide" in ins.mods:
+            self.set2((d, hi(d)), *self.wide_mul(kind, a, b))
         else:
             self.alu("MUL", d, a, b)
 
@@ -488,6 +524,9 @@ class Lowerer:
         if "cc" in ins.mods or "sat" in ins.mods:
             raise self.err("carry/saturating arithmetic is not supported")
         kind, w, d, a, b = self._binop(ins)
+        if "wide" in ins.mods and w == 32:
+            self.set2((d, hi(d)), *self.add64(self.wide_mul(kind, a, b), self.src2(ins.operands[3])))
+            return
         c = self.src(ins.operands[3])
         t = self.tmp()
         self._mul(ins, t, a, b)
@@ -524,39 +563,8 @@ class Lowerer:
         q, r = divmod_loop(self, a, self.reg(b), signed)
         self.mov(d, r if want_rem else q)
 
-    def _single_def(self, reg: str) -> bool:
-        fn = self.scope.fn
-        if fn.name not in self.def_counts:
-            counts: dict[str, int] = {}
-            for ins in fn.body:
-                if isinstance(ins, Instr) and ins.operands and ins.opcode not in ("st", "red", "bra", "call"):
-                    d = ins.operands[0]
-                    for r in (d.items if isinstance(d, Vec) else (d.first, d.second) if isinstance(d, Pair) else (d,)):
-                        if isinstance(r, Reg):
-                            counts[r.name] = counts.get(r.name, 0) + 1
-            self.def_counts[fn.name] = counts
-        return self.def_counts[fn.name].get(reg.removesuffix(self.scope.prefix) if self.scope.prefix else reg, 0) == 1
-
-    def _wide_shr(self, ins: Instr, d: str, src: str, k: int) -> None:
-        """shr of a 64-bit mul.wide product by a constant: the high word comes from MULHU / signed mul.hi."""
-        a, b, kind = self.wide[src]
-        hi = self.tmp()
-        self._mulhi(kind, 32, hi, a, b)
-        arith = _type(ins)[0] == "s"
-        if k >= 32:
-            self.alu("SRA" if arith else "SHR", d, hi, min(k - 32, 31))
-        else:
-            lo = self.emit("SHR", self.tmp(), src, k)
-            t = self.emit("SHL", self.tmp(), hi, 32 - k) if k else RZ
-            self.alu("OR", d, lo, t)
-
     def _shift(self, ins: Instr, left: bool) -> None:
         kind, w, d, a, b = self._binop(ins)
-        if not left and w == 64:
-            if isinstance(a, str) and a in self.wide and isinstance(b, int) and b < 64:
-                self._wide_shr(ins, d, a, b)
-                return
-            raise self.err("64-bit shift right needs the upper 32 bits (64-bit values are narrowed)")
         arith = not left and kind == "s"
         a = a if left else self.ext(a, kind, w)
         op = "SHL" if left else "SRA" if arith else "SHR"
@@ -637,8 +645,10 @@ class Lowerer:
         combine = next((m for m in ins.mods if m in ("and", "or", "xor")), None)
         dst = ins.operands[0]
         p, q = (self.dst(dst.first), self.dst(dst.second)) if isinstance(dst, Pair) else (self.dst(dst), None)
-        a, b = self.src(ins.operands[1]), self.src(ins.operands[2])
-        t = self.compare(cmp, kind, w, a, b, self.tmp())
+        if w == 64:
+            t = self.compare64(cmp, kind, self.src2(ins.operands[1]), self.src2(ins.operands[2]))
+        else:
+            t = self.compare(cmp, kind, w, self.src(ins.operands[1]), self.src(ins.operands[2]), self.tmp())
         if q is not None:
             nq = self.emit("XOR", self.tmp(), t, 1)
         if combine:
@@ -779,21 +789,38 @@ class Lowerer:
         if ref is not None:
             if ref[0] == "alias":
                 self.mov(self.dst(dsts), ref[1])
+                if w == 64:
+                    self.mov(hi(self.dst(dsts)), hi(ref[1]))
                 return
             idx = self.params[m.base.name]
             if m.offset:
                 raise self.err("parameters are read whole (no by-value structs)")
             self.emit("ADD", self.dst(dsts), RZ, 0, param=idx)
+            if w == 64:
+                self.emit("ADD", hi(self.dst(dsts)), RZ, 0, param=idx, param_part=1)
             return
         if self._space(ins) == "param":
             raise self.err("unknown parameter")
-        if w == 64:
-            raise self.err("64-bit data in memory is not supported (64-bit values are narrowed)")
         items = dsts.items if isinstance(dsts, Vec) else (dsts,)
         base, off = self.address(m)
-        op = "LD" if w == 32 else LOAD[(w, kind)]
+        op = "LD" if w >= 32 else LOAD[(w, kind)]
         for i, r in enumerate(items):
-            self.emit(op, self.dst(r), base, off + i * w // 8)
+            d = self.dst(r)
+            self.emit(op, d, base, off + i * w // 8)
+            if w == 64:
+                self.emit(op, hi(d), base, off + i * 8 + 4)
+            elif self.reg_width(r) == 64:       # a narrower load into a 64-bit register extends it
+                self.emit("SRA", hi(d), d, 31) if kind == "s" else self.mov(hi(d), 0)
+
+    def reg_width(self, r) -> int | None:
+        """Declared width of a PTX register (`.reg .b64 %rd<5>` makes %rd3 64-bit)."""
+        if not isinstance(r, Reg):
+            return None
+        for decl in self.scope.fn.regs:
+            if r.name == decl.prefix or (decl.count is not None and r.name.startswith(decl.prefix)
+                                         and r.name[len(decl.prefix):].isdigit()):
+                return type_width(decl.type)
+        return None
 
     def op_ldu(self, ins: Instr) -> None:
         self.op_ld(ins)
@@ -805,14 +832,18 @@ class Lowerer:
         if ref is not None:
             if ref[0] != "alias":
                 raise self.err("stores to kernel parameters are not supported")
-            self.mov(ref[1], self.src(vals))
+            if w == 64:
+                self.set2((ref[1], hi(ref[1])), *self.src2(vals))
+            else:
+                self.mov(ref[1], self.src(vals))
             return
-        if w == 64:
-            raise self.err("64-bit data in memory is not supported (64-bit values are narrowed)")
         items = vals.items if isinstance(vals, Vec) else (vals,)
         base, off = self.address(m)
         for i, v in enumerate(items):
-            self.out.append(V(STORE[w], RZ, base, self.rsrc(v), imm=self._imm(off + i * w // 8), line=self.line))
+            words = self.src2(v) if w == 64 else (self.src(v),)
+            for k, x in enumerate(words):
+                self.out.append(V(STORE[min(w, 32)], RZ, base, self.reg(x),
+                                  imm=self._imm(off + i * w // 8 + 4 * k), line=self.line))
 
     def _atom(self, ins: Instr, returns: bool) -> None:
         kind, w = _type(ins)

@@ -200,9 +200,10 @@ def _check_value(v, lo: int, hi: int, what: str) -> int:
 
 def _bind(program: Program, values: list[int]) -> Program:
     blocks = [replace(b, pre=list(b.pre), post=list(b.post)) for b in program.blocks]
-    for bi, slot, pi in program.param_slots:
+    for bi, slot, pi, part in program.param_slots:
         b = blocks[bi]
-        imm = values[pi] - (1 << 32) if values[pi] >> 31 else values[pi]
+        v = values[pi] >> 32 if part else values[pi]
+        imm = (v & 0xFFFFFFFF) - (1 << 32) if v & 0x80000000 else v & 0xFFFFFFFF
         if slot < N_PRE:
             b.pre[slot] = replace(b.pre[slot], imm=imm)
         else:
@@ -234,7 +235,7 @@ def launch(kernel: CompiledKernel, args: list, grid=(1, 1), block=(LANES, 1), ba
         if not is_ptr:
             if p.kind == "ptr":
                 raise LaunchError(f"argument {p.name} is a pointer: pass a list of integers")
-            values.append(_check_value(a, -(1 << 31), 1 << 32, f"argument {p.name}") & 0xFFFFFFFF)
+            values.append(_check_value(a, -(1 << 31), 1 << 32, f"argument {p.name}"))
             continue
         if isinstance(a, (int, np.integer)):
             raise LaunchError(f"argument {p.name} is a pointer: pass a list of integers, not {a}")

@@ -204,8 +204,9 @@ class Block:
 @dataclass
 class Program:
     blocks: list[Block]
-    # (block, slot, param index): slots (0..SLOTS-1) whose imm the launch sets to a parameter's value
-    param_slots: list[tuple[int, int, int]] = field(default_factory=list)
+    # (block, slot, param index, part): slots (0..SLOTS-1) whose imm the launch sets to a parameter's
+    # value (part 0) or to the high word of its 64-bit sign/zero extension (part 1)
+    param_slots: list[tuple[int, int, int, int]] = field(default_factory=list)
 
 
 def _check_block(i: int, b: Block, n_blocks: int) -> None:
