@@ -330,3 +330,27 @@ def test_register_pressure_spills_to_the_thread_frame(compiler):
     assert r.arrays["o"].tolist() == want
     with pytest.raises(CapacityError, match=r"thread frames.*over by 1\)"):
         launch(k, [[0] * (1024 - 8 * k.memory.frame_bytes // 4 - 8 + 1), [0] * 8, 4], block=8)  # one word over
+
+
+DYN = r"""
+__global__ void rot(const int *a, int *o, long long *sq, int n) {
+  extern __shared__ int s[];
+  int t = threadIdx.x;
+  s[t] = a[t];
+  s[n + t] = a[t] * 2;
+  __syncthreads();
+  o[t] = s[(t + 1) % n] + s[n + (t + n - 1) % n];
+  sq[t] = (long long)a[t] * a[t] * a[t];
+}
+"""
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_extern_shared_memory_and_64_bit_arrays(compiler):
+    k = compile_kernel(DYN, compiler=compiler)
+    assert [(p.kind, p.elem_bytes) for p in k.params[:3]] == [("ptr", 4), ("ptr", 4), ("ptr", 8)]
+    a = [5, -7, 1300, 2, 99999, -100000]
+    n = len(a)
+    r = launch(k, [a, [0] * n, [0] * n, n], block=n)
+    assert r.arrays["o"].tolist() == [a[(t + 1) % n] + 2 * a[(t - 1) % n] for t in range(n)]
+    assert r.arrays["sq"].tolist() == [x ** 3 for x in a]

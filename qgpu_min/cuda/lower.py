@@ -41,8 +41,9 @@ def memory_layout(module: PtxModule, kernel: Function) -> MemoryLayout:
     decls = [d for d in module.globals if d.space in ("global", "const")] + \
             [d for d in module.globals + kernel.decls if d.space == "shared"]
     for d in decls:
-        if d.count == 0:
-            raise LoweringError(f"{d.name} (PTX line {d.line}): dynamic (extern) shared memory is not supported")
+        if d.count == 0:            # extern __shared__: placed by the launch, after the arrays
+            lay.dynamic_shared.add(d.name)
+            continue
         addr = _align(addr, max(d.align, 4))
         size = d.elem_bytes * d.count
         lay.symbols[d.name] = addr

@@ -15,6 +15,7 @@ from .lower_wide import WideOps, hi
 from .ptx import FloatImm, Function, Imm, Instr, Label, Mem, Pair, PtxModule, Reg, SReg, Sym, Vec, type_width
 
 M32 = 0xFFFFFFFF
+DYNAMIC_SHARED = -1      # pseudo parameter index: the base address of extern __shared__ memory
 FLOAT_TYPES = {"f16", "f16x2", "bf16", "bf16x2", "tf32", "f32", "f64", "e4m3x2", "e5m2x2"}
 INT_TYPES = {f"{k}{w}" for k in "bsu" for w in (8, 16, 32, 64)} | {"pred"}
 CONST_SREGS = {"%tid.z": 0, "%ctaid.z": 0, "%ntid.z": 1, "%nctaid.z": 1, "WARP_SZ": 4}
@@ -54,6 +55,7 @@ class MemoryLayout:
     static_bytes: int = 0             # end of the variables; arrays follow, frames sit at the top
     init: dict[int, int] = field(default_factory=dict)   # byte address -> initial byte
     entries: list[tuple[str, str, int, int]] = field(default_factory=list)   # (space, name, address, bytes)
+    dynamic_shared: set[str] = field(default_factory=set)     # extern __shared__ arrays (one region)
 
 
 WIDE = {"add": "w_binop", "sub": "w_binop", "mul": "w_binop", "mad": "w_binop", "and": "w_binop",
@@ -187,6 +189,8 @@ class Lowerer(WideOps):
             return lay.symbols[name]
         if name in lay.local_depot:
             return self.local_address(lay.local_depot[name])
+        if name in lay.dynamic_shared:      # its base address is set by the launch, like a parameter
+            return self.emit("ADD", self.tmp(), RZ, 0, param=DYNAMIC_SHARED)
         raise self.err(f"unknown symbol {name}")
 
     def local_address(self, offset: int) -> str:

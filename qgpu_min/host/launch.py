@@ -2,7 +2,8 @@
 
 Memory map of a launch (byte addresses, one unified memory of isa.MEM_WORDS words): the kernel's
 .global/.const variables (with their initial values) and .shared variables from 0, then the launch's
-arrays in parameter order, each starting on a word; the threads' frames (.local variables and spill
+arrays in parameter order, each starting on a word (elements of 1, 2, 4 or 8 bytes), then the
+kernel's extern __shared__ array (all memory left); the threads' frames (.local variables and spill
 slots, one per thread of the block) fill memory downward from the top. A pointer parameter's value is its array's base address; kernel parameters reach the
 program as immediates (Program.param_slots), not through memory.
 """
@@ -141,9 +142,8 @@ def _params(fn, source_text: str | None) -> list[ParamInfo]:
         else:
             infos.append(ParamInfo(name, "unknown", True, 4))
             continue
-        if is_ptr and size not in (1, 2, 4):
-            raise QgpuError(f"parameter {name}: arrays of {size}-byte elements are not supported "
-                            f"(the machine has 32-bit words)")
+        if is_ptr and size not in (1, 2, 4, 8):
+            raise QgpuError(f"parameter {name}: arrays of {size}-byte elements are not supported")
         infos.append(ParamInfo(name, "ptr" if is_ptr else "scalar", signed, size if is_ptr else 4))
     return infos
 
@@ -174,7 +174,9 @@ def format_kernel(k: CompiledKernel) -> str:
              "memory map (bytes):"]
     for space, name, addr, size in lay.entries:
         lines.append(f"  {addr:#06x}..{addr + size:#06x}  .{space} {name}")
-    lines.append(f"  {lay.static_bytes:#06x}..        launch arrays, in parameter order, up to the thread frames")
+    lines.append(f"  {lay.static_bytes:#06x}..        launch arrays, in parameter order"
+                 + (", then extern __shared__ " + "/".join(sorted(lay.dynamic_shared)) if lay.dynamic_shared else "")
+                 + ", up to the thread frames")
     lines.append(format_program(k.program))
     return "\n".join(lines)
 
@@ -198,11 +200,12 @@ def _check_value(v, lo: int, hi: int, what: str) -> int:
     return v
 
 
-def _bind(program: Program, values: list[int]) -> Program:
+def _bind(program: Program, values: list[int], dynamic_shared: int) -> Program:
     blocks = [replace(b, pre=list(b.pre), post=list(b.post)) for b in program.blocks]
     for bi, slot, pi, part in program.param_slots:
         b = blocks[bi]
-        v = values[pi] >> 32 if part else values[pi]
+        v = dynamic_shared if pi == -1 else values[pi]
+        v = v >> 32 if part else v
         imm = (v & 0xFFFFFFFF) - (1 << 32) if v & 0x80000000 else v & 0xFFFFFFFF
         if slot < N_PRE:
             b.pre[slot] = replace(b.pre[slot], imm=imm)
@@ -240,8 +243,8 @@ def launch(kernel: CompiledKernel, args: list, grid=(1, 1), block=(LANES, 1), ba
         if isinstance(a, (int, np.integer)):
             raise LaunchError(f"argument {p.name} is a pointer: pass a list of integers, not {a}")
         e = p.elem_bytes
-        lo = -(1 << (8 * e - 1))
-        items = [_check_value(v, lo, 1 << (8 * e), f"argument {p.name}[{i}]") for i, v in enumerate(a)]
+        lo, hi = -(1 << (min(8 * e, 32) - 1)), 1 << min(8 * e, 32)
+        items = [_check_value(v, lo, hi, f"argument {p.name}[{i}]") for i, v in enumerate(a)]
         size = (len(items) * e + 3) // 4 * 4
         if addr + size + frames > MEM_WORDS * 4:
             need = (addr + size + frames) // 4
@@ -253,11 +256,17 @@ def launch(kernel: CompiledKernel, args: list, grid=(1, 1), block=(LANES, 1), ba
         values.append(addr)
         arrays.append((p.name, addr, len(items), p.signed, e))
         addr += size
+    if lay.dynamic_shared and addr + frames >= MEM_WORDS * 4:
+        raise CapacityError(f"no memory is left for the kernel's extern __shared__ array: arrays and thread "
+                            f"frames fill all {MEM_WORDS} words")
     words = np.frombuffer(bytes(mem_bytes), dtype="<u4").astype(np.int64).tolist()
-    res = interp.run(_bind(kernel.program, values), words, grid, block, step_limit, trace=True)
+    res = interp.run(_bind(kernel.program, values, addr), words, grid, block, step_limit, trace=True)
     out_bytes = np.array(res.memory, dtype="<u4").tobytes()
     out = {}
     for name, base, n, signed, e in arrays:
+        if e == 8:
+            out[name] = np.frombuffer(out_bytes[base: base + n * e], dtype="<i8" if signed else "<u8").copy()
+            continue
         raw = np.frombuffer(out_bytes[base: base + n * e], dtype={1: "<u1", 2: "<u2", 4: "<u4"}[e])
         vals = raw.astype(np.int64)
         if signed:

@@ -205,7 +205,8 @@ class Block:
 class Program:
     blocks: list[Block]
     # (block, slot, param index, part): slots (0..SLOTS-1) whose imm the launch sets to a parameter's
-    # value (part 0) or to the high word of its 64-bit sign/zero extension (part 1)
+    # value (part 0) or to the high word of its 64-bit sign/zero extension (part 1); parameter index
+    # -1 is the base address of the dynamic (extern) shared memory
     param_slots: list[tuple[int, int, int, int]] = field(default_factory=list)
 
 
