@@ -1,3 +1,3 @@
 #include "qgpu_core.h"
 
-int qgpu_core_version(void) { return 2; }
+int qgpu_core_version(void) { return 3; }
