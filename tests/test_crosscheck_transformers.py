@@ -116,3 +116,28 @@ def test_token_subset_logits_match_transformers(case):
     full = ref["prefill"][-1]
     assert logits.shape == (len(subset),)
     assert np.abs(logits - full[subset]).max() <= TOL * np.abs(full).max()
+
+
+def test_published_2b_shapes_match_transformers(tmp_path):
+    """The real layer sizes (hidden 2048, 16 DeltaNet heads of 128, 8/2 attention heads of 256, MLP 6144) on
+    a checkpoint from our synthetic writer, loaded by transformers as a text-only Qwen3_5ForCausalLM. Vocab
+    cut to 4096 and two layers to keep it quick."""
+    from qgpu_min.model.synthetic import write_synthetic_checkpoint
+
+    path = write_synthetic_checkpoint(tmp_path, size="2b", layer_types=["linear_attention", "full_attention"],
+                                      vocab_size=4096)
+    ours = load_model(path, "fp32")
+    state = ours.new_state()
+    prompt = np.random.default_rng(1).integers(0, 4096, 24).tolist()
+    logits = [*ours.prefill(state, prompt, all_logits=True)]
+    seq = list(prompt)
+    for _ in range(8):
+        seq.append(int(logits[-1].argmax()))
+        logits.append(ours.decode(state, seq[-1]))
+    # Tying is a top-level field of the nested config; a text-only load must be told.
+    hf = transformers.Qwen3_5ForCausalLM.from_pretrained(path, dtype=torch.float32, tie_word_embeddings=True)
+    with torch.no_grad():
+        ref = hf.eval()(torch.tensor([seq])).logits[0].numpy()
+    got = np.stack(logits)  # position i: after reading seq[i]
+    assert _rel(got, ref) <= TOL
+    np.testing.assert_array_equal(got.argmax(-1), ref.argmax(-1))
