@@ -538,6 +538,11 @@ def _last_block_make(rng, shape):
     return [ints(rng, n), ints(rng, shape.nblocks), ints(rng, 1), n]
 
 
+def _wide_arith_expect(a, s):
+    p = a[0] * a[1] + 0x123456789  # |a*b| <= 2^62: exact in int64
+    return {2: words(p), 3: p >> 32, 4: (words(a[0]) + words(a[1])) // 2}
+
+
 def gen(lo: int = I32_MIN, hi: int = I32_MAX, *edges: int) -> Callable:
     """An input generator (rng, n) -> array: ints in [lo, hi] with edge values."""
     return lambda rng, n: ints(rng, n, lo, hi, edges)
@@ -716,6 +721,9 @@ CASES: tuple[Case, ...] = (
          lambda a, s: {1: np.where((a[0] >= 0) & (a[0] <= 9), SWITCH_TABLE[np.clip(a[0], 0, 9)], -1)}),
     Case("last_block.cu", None, ANY_1D + (S(9, 3),), _last_block_make,
          lambda a, s: {1: s32(per_block(a[0][: a[3]], s).sum(axis=1)), 2: s32(a[0][: a[3]].sum(keepdims=True))}),
+    Case("wide_arith.cu", None, ANY_1D, arrays(I, I, outs=3), _wide_arith_expect),
+    Case("wide_divide.cu", None, ANY_1D, arrays(I, I, outs=2),
+         lambda a, s: (lambda x: {2: s32(cdiv(x, 1000003)), 3: s32(cmod(x, 1000003))})(a[0] * a[1])),
     Case("nested_loops.cu", None, (S(2, 4), S(1, 1), S(1, 3), S(1, 8), S(2, 7)), arrays(I, outs=1),
          lambda a, s: {1: s32(np.convolve(a[0], np.arange(1, a[2] + 1))[: a[2]])}),
 )
