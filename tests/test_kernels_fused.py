@@ -1,7 +1,9 @@
 """Fused entry points vs their one-at-a-time equivalents: several products sharing one input, and the
 multi-token (prefill) conv and DeltaNet recurrences; plus the thread pool under threads and fork."""
 import os
+import signal
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -173,7 +175,31 @@ def test_pool_works_in_a_forked_child():
         pid = os.fork()
         if pid == 0:  # child: only this thread exists; the core must start its own workers
             os._exit(0 if np.array_equal(K.matvec_bf16(w, x), expected) else 1)
-        _, status = os.waitpid(pid, 0)
+        deadline = time.monotonic() + 60  # a child stuck on the parent's pool state must fail, not hang
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if done[0] == 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung in the C core")
+        status = done[1]
     finally:
         K.set_threads(None)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
+def test_pool_threads_persist_between_calls():
+    rng = np.random.default_rng(8)
+    (w,) = _weights(rng, [1000], 777)
+    x = rng.standard_normal(777).astype(np.float32)
+    K.set_threads(5)
+    try:
+        expected = K.matvec_bf16(w, x)
+        after_first = len(os.listdir("/proc/self/task"))
+        for _ in range(10):
+            assert np.array_equal(K.matvec_bf16(w, x), expected)
+        after_more = len(os.listdir("/proc/self/task"))
+    finally:
+        K.set_threads(None)
+    assert after_first >= 5 and after_more == after_first  # 4 workers stay parked; none started per call
