@@ -17,6 +17,7 @@ The synthetic checkpoint comes from qgpu_min.model.synthetic.write_synthetic_che
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import resource
@@ -116,9 +117,14 @@ def worker_hf(path: str, prompt_len: int, n_decode: int, warmup: int, seed: int,
     load_s = time.perf_counter() - t
     prompt = _prompt(model.config.vocab_size, prompt_len, seed)
 
+    params = inspect.signature(model.forward).parameters
+    cache_arg = "cache" if "cache" in params else "past_key_values"  # renamed in transformers 5.x
+    # Only the last position's logits, as our prefill computes (not 248320 logits for every prompt token).
+    last_only = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+
     def step(ids: list[int], cache):
-        out = model(torch.tensor([ids]), past_key_values=cache, use_cache=True)
-        return out.logits[0, -1], out.past_key_values
+        out = model(torch.tensor([ids]), use_cache=True, **{cache_arg: cache}, **last_only)
+        return out.logits[0, -1], getattr(out, cache_arg)
 
     with torch.no_grad():
         for _ in range(warmup):
