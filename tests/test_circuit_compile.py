@@ -9,7 +9,7 @@ from qgpu_min.circuit.ir import Circuit, CircuitError, Unit
 from qgpu_min.circuit.margin import static_check
 from qgpu_min.circuit.merge import layer_tensors
 from qgpu_min.circuit.run import text_config
-from qgpu_min.circuit.selftest import check_library, check_memory, check_text_mute
+from qgpu_min.circuit.selftest import check_alu, check_library, check_memory, check_text_mute
 from qgpu_min.circuit.tokens import find_text_gate
 from qgpu_min.model import kernels, kernels_ref
 from qgpu_min.model.weights import expected_tensors
@@ -30,6 +30,17 @@ def test_library_exact_through_forward_pass():
 @pytest.mark.slow
 def test_library_exact_through_forward_pass_many():
     _assert_all(check_library(4000, seed=4))
+
+
+def test_fused_alu_exact_in_two_layers():
+    results = check_alu(300, seed=7)
+    _assert_all(results)
+    assert "in 2 layers" in results[0][0]
+
+
+@pytest.mark.slow
+def test_fused_alu_exact_many():
+    _assert_all(check_alu(4000, seed=8))
 
 
 def test_memory_sequence_exact():

@@ -8,7 +8,8 @@ Token protocol (one circuit token per forward pass; the model's own argmax is fe
   ALU_op           result := op(a, b); emits OUT0 with the result's byte 0
   OUT<i>_v         (fed back) emits OUT<i+1> with byte i+1 of the result, or END after byte 3
   END              emits END
-Memories: operand bytes (layer 0, 8 read ports), RAM (16 words), the last result (1 word). Every token
+Memories: operand bytes (layer 0, 8 read ports), RAM (layer 1, 16 words), the last result (layer 2, 1 word);
+the fused ALU (lib.alu, 2 MLP layers) selects among 15 ops and the RAM read. 3 circuit layers. Every token
 carries its memory addresses, op and output selector as embedding fields, so the circuit itself only
 reads, computes and writes.
 """
@@ -21,33 +22,18 @@ import numpy as np
 
 from . import lib
 from .compile import BaseShape, OutputCode, add_mute, check_exact_weights, emit, plan
-from .ir import CONST, Circuit, Group, Word, const_word, view
+from .ir import CONST, Circuit, Group, Word, view
 from .margin import static_check, text_gate_check
 from .merge import write_merged
 from .tokens import CircuitTokens, find_text_gate, normalised_text_rows, token_rows
 
-ALU_OPS = ("add", "sub", "and", "or", "xor", "shl", "shr", "sra", "slt", "sltu", "eq", "min", "max", "minu", "maxu")
+ALU_OPS = lib.ALU_OPS
 EMIT = ("in", "out0", "out1", "out2", "out3", "end")
 RAM_ROWS = 16
 
 
 def _const_addr(size: int, row: int) -> Group:
     return view(CONST, tuple(0 if e == row else None for e in range(size)), f"row{row}")
-
-
-def _bit_word(bit: Group) -> Word:
-    return [bit] + const_word(0)[1:]
-
-
-def alu_results(c: Circuit, a: Word, b: Word) -> dict[str, Word]:
-    return {
-        "add": lib.add(c, a, b), "sub": lib.sub(c, a, b), "and": lib.word_and(c, a, b),
-        "or": lib.word_or(c, a, b), "xor": lib.word_xor(c, a, b), "shl": lib.shift(c, a, b, "shl"),
-        "shr": lib.shift(c, a, b, "shr"), "sra": lib.shift(c, a, b, "sra"),
-        "slt": _bit_word(lib.slt(c, a, b)), "sltu": _bit_word(lib.ult(c, a, b)), "eq": _bit_word(lib.eq(c, a, b)),
-        "min": lib.minmax(c, a, b, True, False, "min"), "max": lib.minmax(c, a, b, True, True, "max"),
-        "minu": lib.minmax(c, a, b, False, False, "minu"), "maxu": lib.minmax(c, a, b, False, True, "maxu"),
-    }
 
 
 def _nibble_out(c: Circuit, emit_g: Group, last: Word, shift: int, name: str) -> Group:
@@ -85,8 +71,7 @@ def demo_circuit() -> Demo:
     b = [bit for byte in byts[4:] for bit in byte]
     ram = c.memory("ram", RAM_ROWS, (2,) * 32)
     ramread = c.access(ram, ramw, a, [ramr])[0]
-    results = alu_results(c, a, b)
-    result = lib.mux_onehot(c, op, [results[k] for k in ALU_OPS] + [ramread], "result")
+    result = lib.alu(c, op, a, b, ALU_OPS, (ramread,), "result")  # the extra option: the RAM read
     resmem = c.memory("result", 1, (2,) * 32)
     last = c.access(resmem, resw, result, [_const_addr(1, 0)])[0]
     hi = _nibble_out(c, emit_g, last, 4, "out_hi")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .ir import Circuit, CircuitError, Group, Unit, Word, bit_not, const_bit
+from .ir import CONST, Circuit, CircuitError, Group, Unit, Word, bit_not, const_bit
 
 Term = tuple[Group, int, int]
 
@@ -97,33 +97,46 @@ def _carry_terms(classes: list[Group], k: int) -> list[Term]:
     return [t for j in range(k) for t in ((classes[j], 2, 1 << (j + 1)), (classes[j], 1, 1 << j))]
 
 
+def _add_stage(c: Circuit, a: Word, b: Word, variants0: tuple[int, ...], name: str,
+               sums: bool = True) -> tuple[list[Group], list[dict]]:
+    """Layer A of an adder: nibble classes, and (if sums) each nibble's sum bits per carry-in variant."""
+    classes = [_nibble_class(c, a, b, k, name) for k in range(8)]
+    s: list[dict] = []
+    for k in range(8 if sums else 0):
+        s.append({var: [step_gate(c, f"{name}.s{var}[{4 * k + j}]", 2, 0, _nibble_sum_terms(a, b, k, j),
+                                  {1: [((1 << j) - var, 1), ((2 << j) - var, -1), ((3 << j) - var, 1)]})
+                        for j in range(4)]
+                  for var in (variants0 if k == 0 else (0, 1))})
+    return classes, s
+
+
+def _add_bit_units(classes: list[Group], s: list[dict], i: int, cconst: int, cbit: Group | None) -> list[Unit]:
+    """Layer B units of sum bit i: select the nibble's sum bit for its carry-in (a threshold over the
+    classes of the nibbles below)."""
+    k, j = divmod(i, 4)
+    if k == 0:
+        if cbit is None:
+            return [and_unit([(s[0][cconst][j], 1)], ((1, 1), (0, -1)))]
+        return [and_unit([(cbit, 1), (s[0][1][j], 1)], ((1, 1), (0, -1))),
+                and_unit([(cbit, 0), (s[0][0][j], 1)], ((1, 1), (0, -1)))]
+    p = _carry_terms(classes, k) + ([(cbit, 1, 1)] if cbit is not None else [])
+    big = (1 << k) + 1  # enough to silence a unit whose selected sum bit is 0
+    units = []
+    for sel_bit, sign, th in ((s[k][1][j], 1, (1 << k) - 1 + big - cconst), (s[k][0][j], -1, big - (1 << k) + cconst)):
+        terms = tuple((g, e, sign * w) for g, e, w in p) + ((sel_bit, 1, big),)
+        units += [Unit(terms, th, ((1, 1), (0, -1))), Unit(terms, th + 1, ((1, -1), (0, 1)))]
+    return units
+
+
 def add(c: Circuit, a: Word, b: Word, cin: Group | int = 0, name: str = "add") -> Word:
     """a + b + cin mod 2^32 (cin: 0, 1 or a bit). 2 MLP layers."""
     _check_word(a, name)
     _check_word(b, name)
     cconst = cin if isinstance(cin, int) else 0
     cbit = cin if isinstance(cin, Group) else None
-    variants0 = (0, 1) if cbit is not None else (cconst,)
-    classes = [_nibble_class(c, a, b, k, name) for k in range(8)]
-    out: Word = []
-    for k in range(8):
-        s = {}
-        for var in (variants0 if k == 0 else (0, 1)):
-            s[var] = [step_gate(c, f"{name}.s{var}[{4 * k + j}]", 2, 0, _nibble_sum_terms(a, b, k, j),
-                                {1: [((1 << j) - var, 1), ((2 << j) - var, -1), ((3 << j) - var, 1)]})
-                      for j in range(4)]
-        if k == 0:
-            out += mux_word(c, cbit, s[1], s[0], f"{name}.o0") if cbit is not None else s[cconst]
-            continue
-        p = _carry_terms(classes, k) + ([(cbit, 1, 1)] if cbit is not None else [])
-        big = (1 << k) + 1  # enough to silence a unit whose selected sum bit is 0
-        for j in range(4):
-            units = []
-            for sel_bit, sign, th in ((s[1][j], 1, (1 << k) - 1 + big - cconst), (s[0][j], -1, big - (1 << k) + cconst)):
-                terms = tuple((g, e, sign * w) for g, e, w in p) + ((sel_bit, 1, big),)
-                units += [Unit(terms, th, ((1, 1), (0, -1))), Unit(terms, th + 1, ((1, -1), (0, 1)))]
-            out.append(c.gate(f"{name}[{4 * k + j}]", 2, 0, units))
-    return out
+    classes, s = _add_stage(c, a, b, (0, 1) if cbit is not None else (cconst,), name)
+    return [s[0][cconst][i] if i < 4 and cbit is None  # nibble 0 needs no carry: a rename
+            else c.gate(f"{name}[{i}]", 2, 0, _add_bit_units(classes, s, i, cconst, cbit)) for i in range(32)]
 
 
 def sub(c: Circuit, a: Word, b: Word, name: str = "sub") -> Word:
@@ -187,6 +200,19 @@ def _shift_amount(c: Circuit, amt: Word, name: str) -> tuple[Group, Group]:
     return onehot, big
 
 
+def _shift_minterms(a: Word, oh: Group, big: Group, kind: str, i: int) -> list[list[tuple[Group, int]]]:
+    minterms = []
+    for k in range(32):
+        src = i - k if kind == "shl" else i + k
+        if 0 <= src < 32:
+            minterms.append([(oh, k), (a[src], 1), (big, 0)])
+        elif kind == "sra":
+            minterms.append([(oh, k), (a[31], 1), (big, 0)])
+    if kind == "sra":
+        minterms.append([(big, 1), (a[31], 1)])
+    return minterms
+
+
 def shift(c: Circuit, a: Word, amt: Word, kind: str, name: str | None = None) -> Word:
     """kind 'shl', 'shr' (logical) or 'sra'; amounts >= 32 give 0 (or the sign fill), as PTX clamps.
     2 MLP layers."""
@@ -196,18 +222,108 @@ def shift(c: Circuit, a: Word, amt: Word, kind: str, name: str | None = None) ->
     _check_word(a, name)
     _check_word(amt, name)
     oh, big = _shift_amount(c, amt, name)
+    return [bit_from_ands(c, f"{name}[{i}]", _shift_minterms(a, oh, big, kind, i)) for i in range(32)]
+
+
+# Fused ALU ----------------------------------------------------------------------------------------------
+
+ALU_OPS = ("add", "sub", "and", "or", "xor", "shl", "shr", "sra", "slt", "sltu", "eq", "min", "max", "minu",
+           "maxu")
+
+
+def _max_pre(u: Unit) -> int:
+    """An upper bound of the unit's pre-activation over all one-hot inputs."""
+    per: dict[int, dict[int, int]] = {}
+    total = -u.theta
+    for g, e, w in u.terms:
+        phys = g.phys(e)
+        if phys is None:
+            continue
+        if g.root is CONST:
+            total += w
+            continue
+        d = per.setdefault(id(g.root), {})
+        d[phys] = d.get(phys, 0) + w
+    return total + sum(max(max(d.values()), 0) for d in per.values())
+
+
+def gated(units: list[Unit], lits: list[tuple[Group, int]]) -> list[Unit]:
+    """Each unit ANDed with extra one-hot literals: weight M on each, M per literal added to theta, with M
+    a power of two above the unit's largest pre-activation, so any false literal silences the unit while
+    the active range (and its bf16 exactness) stays as it was."""
+    out = []
+    for u in units:
+        m = 1 << max(1, _max_pre(u)).bit_length()
+        out.append(Unit(u.terms + tuple((g, e, m) for g, e in lits), u.theta + m * len(lits), u.out))
+    return out
+
+
+def _step_units(terms: list[Term], theta: int) -> list[Unit]:
+    """Units of a bit that is [sum terms >= theta]."""
+    return [Unit(tuple(terms), theta - 1, ((1, 1), (0, -1))), Unit(tuple(terms), theta, ((1, -1), (0, 1)))]
+
+
+def alu(c: Circuit, op: Group, a: Word, b: Word, names: tuple[str, ...] = ALU_OPS,
+        extras: tuple[Word, ...] = (), name: str = "alu") -> Word:
+    """op(a, b) for a one-hot op (elements: names in order, then one per extra word, which is passed
+    through): every op and the selection in 2 MLP layers. Layer A is shared (adder stages for a + b and
+    a + ~b + 1, whose classes also give the compares; shift amount); layer B ANDs each op's output units
+    with its op literal (`gated`). Compares give 0/1 words; min/max select by a threshold on the classes."""
+    unknown = [n for n in names if n not in ALU_OPS]
+    if unknown or op.size != len(names) + len(extras):
+        raise CircuitError(f"{name}: unknown ops {unknown} or op group size {op.size} != "
+                           f"{len(names)} ops + {len(extras)} extras")
+    _check_word(a, name)
+    _check_word(b, name)
+    want = set(names)
+    nb = word_not(b)
+    if want & {"add"}:
+        add_cls, add_s = _add_stage(c, a, b, (0,), f"{name}.add")
+    if want & {"sub", "slt", "sltu", "eq", "min", "max", "minu", "maxu"}:
+        sub_cls, sub_s = _add_stage(c, a, nb, (1,), f"{name}.sub", sums="sub" in want)
+    if want & {"slt", "min", "max"}:  # signed: flip both sign bits, only the top nibble's class changes
+        top = _nibble_class(c, _flip_sign(a), _flip_sign(nb), 7, f"{name}.signed")
+        signed_cls = sub_cls[:7] + [top]
+    if want & {"shl", "shr", "sra"}:
+        oh, big = _shift_amount(c, b, f"{name}.sh")
+    one = ((1, 1), (0, -1))
+
+    def lt_terms(cls: list[Group]) -> list[Term]:
+        return _carry_terms(cls, 8)  # a < b  <=>  these terms (+ carry-in 1) stay below 256
+
+    def bit_units(n: str, i: int) -> list[Unit]:
+        if n == "add":
+            return _add_bit_units(add_cls, add_s, i, 0, None)
+        if n == "sub":
+            return _add_bit_units(sub_cls, sub_s, i, 1, None)
+        if n == "and":
+            return [and_unit([(a[i], 1), (b[i], 1)], one)]
+        if n == "or":
+            return [and_unit([(a[i], 1)], one), and_unit([(a[i], 0), (b[i], 1)], one)]
+        if n == "xor":
+            return [and_unit([(a[i], 1), (b[i], 0)], one), and_unit([(a[i], 0), (b[i], 1)], one)]
+        if n in ("shl", "shr", "sra"):
+            return [and_unit(m, one) for m in _shift_minterms(a, oh, big, n, i)]
+        if n in ("slt", "sltu"):
+            terms = lt_terms(signed_cls if n == "slt" else sub_cls)
+            return _step_units([(g, e, -w) for g, e, w in terms], -254) if i == 0 else []
+        if n == "eq":
+            return _step_units([(t, 1, 1) for t in sub_cls], 8) if i == 0 else []
+        # min/max: a < b selects a for min, b for max
+        terms = lt_terms(signed_cls if n in ("min", "max") else sub_cls)
+        lt_pick, ge_pick = (a[i], b[i]) if n in ("min", "minu") else (b[i], a[i])
+        lt = gated(_step_units([(g, e, -w) for g, e, w in terms], -254), [(lt_pick, 1)])
+        ge = gated(_step_units(terms, 255), [(ge_pick, 1)])
+        return lt + ge
+
     out = []
     for i in range(32):
-        minterms = []
-        for k in range(32):
-            src = i - k if kind == "shl" else i + k
-            if 0 <= src < 32:
-                minterms.append([(oh, k), (a[src], 1), (big, 0)])
-            elif kind == "sra":
-                minterms.append([(oh, k), (a[31], 1), (big, 0)])
-        if kind == "sra":
-            minterms.append([(big, 1), (a[31], 1)])
-        out.append(bit_from_ands(c, f"{name}[{i}]", minterms))
+        units = []
+        for k, n in enumerate(names):
+            units += gated(bit_units(n, i), [(op, k)])
+        for k, w in enumerate(extras):
+            units.append(and_unit([(op, len(names) + k), (w[i], 1)], one))
+        out.append(c.gate(f"{name}[{i}]", 2, 0, units))
     return out
 
 

@@ -151,6 +151,47 @@ def _first_diff(where: str, A, B, got, want) -> str:
     return f"{where}: a={int(A[i]):#x} b={int(B[i]):#x} got {int(got[i]):#x} want {int(want[i]):#x}"
 
 
+def check_alu(n: int, modes: tuple[str, ...] = ("fp32", "bf16"), seed: int = 0,
+              shape: BaseShape = BaseShape()) -> list[Check]:
+    """The fused ALU (lib.alu: 15 ops and a pass-through option in 2 MLP layers), a random op per case."""
+    A, B = operands(n, seed)
+    rng = np.random.default_rng(seed + 1)
+    names = lib.ALU_OPS
+    c = Circuit("alu")
+    a, b, x = c.input_word("a"), c.input_word("b"), c.input_word("x")
+    op = c.input("op", len(names) + 1)
+    r = lib.alu(c, op, a, b, names, (x,))
+    for g in r:
+        c.output(g)
+    OP = rng.integers(0, len(names) + 1, len(A))
+    X = rng.integers(0, 2**32, len(A))
+    want = X.copy()
+    for k, name in enumerate(names):
+        m = OP == k
+        want[m] = np.asarray(OPS[{"sltu": "ult"}.get(name, name)][1](A[m], B[m])).astype(np.int64)
+    inp = {**word_inputs(a, A), **word_inputs(b, B), **word_inputs(x, X), op: OP}
+    vals, _ = simulate(c, inp)
+    got = word_value(vals, r, len(A))
+    ok = bool((got == want).all())
+    detail = f"{len(A)} cases" if ok else _first_diff("IR", A, B, got, want)
+    p = plan(c, shape)
+    layers = emit(p)
+    margins = static_check(p)
+    rows = embedding_rows(p, inp)
+    for mode in modes:
+        model = circuit_model(layers, shape, rows, mode)
+        h = model.forward_hidden(model.new_state(), list(range(len(A))))
+        try:
+            got = (read_groups(p, h, r) << np.arange(32)).sum(1)
+        except CircuitError as e:
+            ok, detail = False, f"{mode}: {e}"
+            continue
+        if not (got == want).all():
+            ok, detail = False, _first_diff(mode, A, B, got, want)
+    return [(f"fused ALU, {len(names)} ops + select in {p.n_layers} layers (IR, {'/'.join(modes)})", ok, detail),
+            ("static margins (fused ALU)", margins.ok, f"worst margin {margins.worst_margin:.1e}")]
+
+
 def check_memory(tokens: int = 60, modes: tuple[str, ...] = ("fp32", "bf16"), seed: int = 0,
                  shape: BaseShape = BaseShape()) -> list[Check]:
     """A 16-word RAM with two read ports over a token sequence: compiled reads == IR simulation."""
@@ -234,6 +275,7 @@ def check_text_mute(n_text: int = 256, modes: tuple[str, ...] = ("fp32", "bf16")
 def run_selftest(quick: bool = False, seed: int = 0) -> list[Check]:
     n = 200 if quick else 2000
     out = check_library(n, seed=seed)
+    out += check_alu(n, seed=seed)
     out += check_memory(24 if quick else 200, seed=seed)
     out += check_text_mute(128 if quick else 512, seed=seed)
     return out
