@@ -41,6 +41,25 @@ def test_ptx_listing() -> None:
     assert ".entry" in r.stdout and "atom" in r.stdout
 
 
+def test_ptx_of_a_kernel_the_lowering_rejects(tmp_path: Path) -> None:
+    """--ptx shows the compiler's output even when the machine cannot run it (here: floating point)."""
+    src = tmp_path / "f.cu"
+    src.write_text("__global__ void k(float* a) { a[threadIdx.x] *= 1.5f; }\n")
+    r = qgpu("compile", str(src), "--ptx")
+    assert r.exit_code == 0, r.output
+    assert "mul.f32" in r.stdout or "mul.rn.f32" in r.stdout
+    assert qgpu("compile", str(src)).exit_code == 1
+
+
+def test_ptx_file_round_trip(tmp_path: Path) -> None:
+    """The PTX that `compile --ptx` prints runs as a .ptx source."""
+    ptx = tmp_path / "dot.ptx"
+    ptx.write_text(qgpu("compile", DOT, "--ptx").stdout)
+    r = qgpu("run", str(ptx), "--arg", "[1,2,3]", "--arg", "[4,5,6]", "--arg", "zeros(1)", "--arg", "3")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines()[-1].endswith("= [32]")
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 def test_kernel_choice_nvcc() -> None:
     r = qgpu("compile", OPS, "--kernel", "vec_logic", "--compiler", "nvcc")

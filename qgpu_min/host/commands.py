@@ -109,7 +109,11 @@ def run(source: Path, arg_texts: tuple[str, ...], kernel: str | None, grid: tupl
 @_user_errors
 def compile_cmd(source: Path, kernel: str | None, compiler: str | None, show_ptx: bool) -> None:
     """Compile a CUDA kernel and print the machine program: blocks, instructions, registers, memory map."""
+    if show_ptx:  # straight from the compiler, so it shows even where the lowering would fail
+        from ..cuda.compiler import compile_to_ptx
+
+        click.echo(compile_to_ptx(source, compiler).text, nl=False)
+        return
     from .launch import compile_kernel, format_kernel
 
-    compiled = compile_kernel(source, kernel=kernel, compiler=compiler)
-    click.echo(compiled.ptx if show_ptx else format_kernel(compiled))
+    click.echo(format_kernel(compile_kernel(source, kernel=kernel, compiler=compiler)))
