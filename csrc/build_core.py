@@ -17,10 +17,11 @@ ffibuilder.set_source(
     '#include "qgpu_core.h"',
     sources=sorted(os.path.relpath(p) for p in glob.glob(os.path.join(HERE, "*.c"))),
     include_dirs=[os.path.relpath(HERE)],
-    # -std=c99 (ISO mode) also means -ffp-contract=off: the compiler never fuses a * b + c on its own, so
-    # the plain-C kernels round exactly as their NumPy references do. SIMD code is chosen at run time from
-    # per-function target attributes, so no -march flag is needed and the build runs on any x86-64 or ARM.
-    extra_compile_args=["-O3", "-std=c99", "-pthread"],
+    # -ffp-contract=off: the compiler never fuses a * b + c on its own, so the plain-C kernels round exactly
+    # as their NumPy references do. GCC implies it with -std=c99, clang does not (it fuses wherever the target
+    # has FMA, e.g. every aarch64 CPU). SIMD code is chosen at run time from per-function target attributes,
+    # so no -march flag is needed and the build runs on any x86-64 or ARM.
+    extra_compile_args=["-O3", "-std=c99", "-ffp-contract=off", "-pthread"],
     extra_link_args=["-pthread"],
     libraries=["m"],
 )
