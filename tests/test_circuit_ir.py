@@ -63,6 +63,20 @@ def test_views_cost_nothing_and_are_exact():
     assert len(c.ops) == 1  # only z is a gate
 
 
+def test_onehot_mux_selects_each_option():
+    c = Circuit("mux")
+    words = [c.input_word(f"w{k}") for k in range(3)]
+    sel = c.input("sel", 3)
+    out = lib.mux_onehot(c, sel, words)
+    rng = np.random.default_rng(0)
+    W = rng.integers(0, 2**32, (3, 50))
+    S = rng.integers(0, 3, 50)
+    vals, _ = simulate(c, {sel: S, **{g: v for k in range(3) for g, v in word_inputs(words[k], W[k]).items()}})
+    assert (word_value(vals, out, 50) == W[S, np.arange(50)]).all()
+    with pytest.raises(CircuitError, match="selector of size"):
+        lib.mux_onehot(c, sel, words[:2])
+
+
 def test_gate_that_is_not_one_hot_is_rejected():
     c = Circuit("bad")
     x = c.input("x", 2)

@@ -17,7 +17,7 @@ decay 0, and the gated norm turns each stored active channel back into exactly 1
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -98,7 +98,6 @@ class Plan:
     ballast_dims: tuple[int, ...]
     ballast: list                  # per norm point (time 2L-1 -> before attention L, 2L -> before MLP L)
     n_layers: int
-    held: list = field(default_factory=list)  # groups kept alive to the end (outputs, output-code inputs)
 
     def used_dims(self) -> set[int]:
         out = set(self.const_dims) | set(self.ballast_dims)
@@ -193,7 +192,7 @@ def plan(c: Circuit, shape: BaseShape = BaseShape(), keep: list[Group] = (), mlp
         live = sum(1 for gid, b in birth.items() if b <= t and (gid not in clear_at or 2 * clear_at[gid] + 1 > t))
         ballast.append(_four_squares(shape.hidden - live - 2))
     return Plan(c, shape, ops, layer_of, birth, clear_at, dims, groups, const_dims, ballast_dims, ballast,
-                n_layers, [groups[g] for g in held_ids if g in groups])
+                n_layers)
 
 
 def ballast_at(p: Plan, t: int) -> tuple[int, ...]:
