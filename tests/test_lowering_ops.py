@@ -2,7 +2,6 @@
 operands, against independent Python/NumPy statements of the result."""
 import random
 
-import numpy as np
 import pytest
 
 from qgpu_min.cuda.compiler import CompilerNotFoundError, find_compiler

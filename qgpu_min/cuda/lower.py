@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..machine.isa import (MAX_THREADS_PER_CTA, MEM_WORDS, N_POST, N_PRE, STORE_OPS, ZERO, Block, CapacityError, Instr, Program,
+from ..machine.isa import (MEM_WORDS, N_POST, N_PRE, STORE_OPS, ZERO, Block, CapacityError, Instr, Program,
                            Term, annotate_liveness, check_program)
 from .lower_cfg import build_blocks, layout, thread_jumps
-from .lower_ir import RZ, LoweringError, V
-from .lower_ops import Lowerer, MemoryLayout
+from .lower_ir import RZ, MemoryLayout, V
+from .lower_ops import Lowerer
 from .lower_regalloc import allocate
 from .ptx import Function, PtxModule
 

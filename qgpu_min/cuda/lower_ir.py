@@ -1,11 +1,14 @@
 """The lowering's virtual code: machine operations over unlimited virtual registers, plus control pseudo-ops."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import QgpuError
+from .ptx import Instr, type_width
 
 RZ = "rz"                       # the zero register
+M32 = 0xFFFFFFFF
+INT_TYPES = {f"{k}{w}" for k in "bsu" for w in (8, 16, 32, 64)} | {"pred"}
 CONTROL = ("LABEL", "JMP", "BR", "BAR", "EXIT")
 
 
@@ -41,3 +44,29 @@ class V:
     @property
     def is_move(self) -> bool:
         return self.op == "ADD" and self.bimm and self.imm == 0 and self.param is None
+
+
+@dataclass
+class MemoryLayout:
+    """Compile-time part of the memory map (byte addresses)."""
+    symbols: dict[str, int]           # .global/.const/.shared variable -> address
+    local_depot: dict[str, int]       # .local variable -> offset in the per-thread local frame
+    local_bytes: int = 0              # .local variables per thread (the start of each frame)
+    frame_bytes: int = 0              # per-thread frame: .local variables, then spill slots
+    static_bytes: int = 0             # end of the variables; arrays follow, frames sit at the top
+    init: dict[int, int] = field(default_factory=dict)   # byte address -> initial byte
+    entries: list[tuple[str, str, int, int]] = field(default_factory=list)   # (space, name, address, bytes)
+    dynamic_shared: set[str] = field(default_factory=set)     # extern __shared__ arrays (one region)
+
+
+def instr_width(ins: Instr) -> int | None:
+    """Width of the instruction's last integer type modifier, if any."""
+    return next((type_width(m) for m in reversed(ins.mods) if m in INT_TYPES), None)
+
+
+def instr_type(ins: Instr) -> tuple[str, int]:
+    """(kind letter s/u/b/p, width) of the instruction's last integer type modifier."""
+    for m in reversed(ins.mods):
+        if m in INT_TYPES:
+            return ("p" if m == "pred" else m[0]), type_width(m)
+    raise LoweringError(f"no integer type in `{ins.text}` at line {ins.line}")

@@ -10,14 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..machine.isa import ALU_OPS, SPECIAL
-from .lower_ir import RZ, LoweringError, V
+from .lower_arith import divmod_loop, sdiv_const, udiv_const
+from .lower_bits import BitOps
+from .lower_ir import INT_TYPES, M32, RZ, LoweringError, MemoryLayout, V, instr_type, instr_width
+from .lower_mem import MemOps
 from .lower_wide import WideOps, hi
 from .ptx import FloatImm, Function, Imm, Instr, Label, Mem, Pair, PtxModule, Reg, SReg, Sym, Vec, type_width
 
-M32 = 0xFFFFFFFF
 DYNAMIC_SHARED = -1      # pseudo parameter index: the base address of extern __shared__ memory
 FLOAT_TYPES = {"f16", "f16x2", "bf16", "bf16x2", "tf32", "f32", "f64", "e4m3x2", "e5m2x2"}
-INT_TYPES = {f"{k}{w}" for k in "bsu" for w in (8, 16, 32, 64)} | {"pred"}
 CONST_SREGS = {"%tid.z": 0, "%ctaid.z": 0, "%ntid.z": 1, "%nctaid.z": 1, "WARP_SZ": 4}
 CMP_OPS = {  # cmp -> (machine op, swap operands, force unsigned)
     "eq": ("SEQ", False, False), "ne": ("SNE", False, False),
@@ -26,14 +27,13 @@ CMP_OPS = {  # cmp -> (machine op, swap operands, force unsigned)
     "lo": ("SLT", False, True), "ls": ("SLE", False, True),
     "hi": ("SLT", True, True), "hs": ("SLE", True, True),
 }
-SIMPLE = {"add": "ADD", "sub": "SUB", "and": "AND", "or": "OR", "xor": "XOR"}
 COMMUTATIVE = {"ADD", "MUL", "MULHU", "AND", "OR", "XOR", "SEQ", "SNE", "MIN", "MAX", "MINU", "MAXU"}
-ATOM_KIND = {"add": "ADD", "min": "MIN", "max": "MAX", "exch": "EXCH", "and": "AND", "or": "OR", "xor": "XOR",
-             "cas": "CAS", "inc": "INC", "dec": "DEC"}
-LOAD = {(8, "s"): "LDB", (8, "u"): "LDBU", (8, "b"): "LDBU", (16, "s"): "LDH", (16, "u"): "LDHU",
-        (16, "b"): "LDHU"}
-STORE = {8: "STB", 16: "STH", 32: "ST"}
 NOPS = {"membar", "fence", "pmevent", "prefetch", "prefetchu"}
+WIDE = {"add": "w_binop", "sub": "w_binop", "mul": "w_binop", "mad": "w_binop", "and": "w_binop",
+        "or": "w_binop", "xor": "w_binop", "not": "w_unary", "neg": "w_unary", "abs": "w_unary",
+        "min": "w_minmax", "max": "w_minmax", "selp": "w_selp", "shl": "w_shl", "shr": "w_shr",
+        "div": None, "rem": None, "popc": None, "clz": None, "brev": None, "bfind": None, "bfe": None,
+        "bfi": None, "atom": None, "red": None, "cnot": None, "slct": None}
 
 
 @dataclass
@@ -45,40 +45,8 @@ class Scope:
     ret_label: str | None = None
 
 
-@dataclass
-class MemoryLayout:
-    """Compile-time part of the memory map (byte addresses)."""
-    symbols: dict[str, int]           # .global/.const/.shared variable -> address
-    local_depot: dict[str, int]       # .local variable -> offset in the per-thread local frame
-    local_bytes: int = 0              # .local variables per thread (the start of each frame)
-    frame_bytes: int = 0              # per-thread frame: .local variables, then spill slots
-    static_bytes: int = 0             # end of the variables; arrays follow, frames sit at the top
-    init: dict[int, int] = field(default_factory=dict)   # byte address -> initial byte
-    entries: list[tuple[str, str, int, int]] = field(default_factory=list)   # (space, name, address, bytes)
-    dynamic_shared: set[str] = field(default_factory=set)     # extern __shared__ arrays (one region)
-
-
-WIDE = {"add": "w_binop", "sub": "w_binop", "mul": "w_binop", "mad": "w_binop", "and": "w_binop",
-        "or": "w_binop", "xor": "w_binop", "not": "w_unary", "neg": "w_unary", "abs": "w_unary",
-        "min": "w_minmax", "max": "w_minmax", "selp": "w_selp", "shl": "w_shl", "shr": "w_shr",
-        "div": None, "rem": None, "popc": None, "clz": None, "brev": None, "bfind": None, "bfe": None,
-        "bfi": None, "atom": None, "red": None, "cnot": None, "slct": None}
-
-
-def _type_or_none(ins: Instr) -> int | None:
-    return next((type_width(m) for m in reversed(ins.mods) if m in INT_TYPES), None)
-
-
-def _type(ins: Instr) -> tuple[str, int]:
-    """(kind letter, width) of the instruction's last type modifier."""
-    for m in reversed(ins.mods):
-        if m in INT_TYPES:
-            return ("p" if m == "pred" else m[0]), type_width(m)
-    raise LoweringError(f"no integer type in `{ins.text}` at line {ins.line}")
-
-
-class Lowerer(WideOps):
-    def __init__(self, module: PtxModule, kernel: Function, layout: MemoryLayout, max_inline_depth: int = 8):
+class Lowerer(WideOps, BitOps, MemOps):
+    def __init__(self, module: PtxModule, kernel: Function, layout: MemoryLayout, max_inline_depth: int = 8) -> None:
         self.module = module
         self.kernel = kernel
         self.layout = layout
@@ -284,7 +252,7 @@ class Lowerer(WideOps):
         handler = getattr(self, "op_" + ins.opcode, None)
         if ins.opcode in NOPS:
             return
-        if ins.opcode in WIDE and _type_or_none(ins) == 64:
+        if ins.opcode in WIDE and instr_width(ins) == 64:
             if WIDE[ins.opcode] is None:
                 raise self.err(f"64-bit {ins.opcode} is not supported")
             getattr(self, WIDE[ins.opcode])(ins)
@@ -305,7 +273,7 @@ class Lowerer(WideOps):
 
     def op_brx(self, ins: Instr) -> None:
         idx = self.rsrc(ins.operands[0])
-        targets = self.scope.fn.branch_targets.get(ins.operands[1].name) if hasattr(self.scope.fn, "branch_targets") else None
+        targets = self.scope.fn.branch_targets.get(ins.operands[1].name)
         if not targets:
             raise self.err("jump table not found")
         for i, t in enumerate(targets[:-1]):
@@ -371,7 +339,7 @@ class Lowerer(WideOps):
     # ---- moves and conversions ----------------------------------------------------------
     def op_mov(self, ins: Instr) -> None:
         d, s = ins.operands[:2]
-        kind, w = _type(ins)
+        kind, w = instr_type(ins)
         if isinstance(s, Vec):              # pack {lo, hi}
             if w == 64 and len(s.items) == 2:
                 self.set2(self.dst2(d), self.src(s.items[0]), self.src(s.items[1]))
@@ -400,7 +368,7 @@ class Lowerer(WideOps):
             self.mov(self.dst(d), self.src(s))
 
     def op_cvta(self, ins: Instr) -> None:
-        if _type(ins)[1] == 64:
+        if instr_type(ins)[1] == 64:
             self.set2(self.dst2(ins.operands[0]), *self.src2(ins.operands[1]))
         else:
             self.mov(self.dst(ins.operands[0]), self.src(ins.operands[1]))
@@ -429,7 +397,7 @@ class Lowerer(WideOps):
 
     # ---- arithmetic ---------------------------------------------------------------------
     def _binop(self, ins: Instr):
-        kind, w = _type(ins)
+        kind, w = instr_type(ins)
         d, a, b = ins.operands[:3]
         return kind, w, self.dst(d), self.src(a), self.src(b)
 
@@ -457,18 +425,18 @@ class Lowerer(WideOps):
         self._simple(ins, "XOR")
 
     def op_not(self, ins: Instr) -> None:
-        kind, w = _type(ins)
+        kind, w = instr_type(ins)
         self.alu("XOR", self.dst(ins.operands[0]), self.src(ins.operands[1]), 1 if kind == "p" else M32)
 
     def op_cnot(self, ins: Instr) -> None:
-        kind, w = _type(ins)
+        kind, w = instr_type(ins)
         self.alu("SEQ", self.dst(ins.operands[0]), self.ext(self.src(ins.operands[1]), "u", w), 0)
 
     def op_neg(self, ins: Instr) -> None:
         self.emit("SUB", self.dst(ins.operands[0]), RZ, self.src(ins.operands[1]))
 
     def op_abs(self, ins: Instr) -> None:
-        kind, w = _type(ins)
+        kind, w = instr_type(ins)
         if w == 64:
             raise self.err("64-bit abs is not supported")
         x = self.reg(self.ext(self.src(ins.operands[1]), "s", w))
@@ -510,7 +478,7 @@ class Lowerer(WideOps):
         self.emit("SUB", d, h, u)
 
     def _mul(self, ins: Instr, d: str, a, b) -> None:
-        kind, w = _type(ins)
+        kind, w = instr_type(ins)
         if "hi" in ins.mods:
             self._mulhi(kind, w, d, a, b)
         elif "wide" in ins.mods and w < 32:
@@ -543,7 +511,6 @@ class Lowerer(WideOps):
         self._divrem(ins, want_rem=True)
 
     def _divrem(self, ins: Instr, want_rem: bool) -> None:
-        from .lower_arith import sdiv_const, udiv_const, divmod_loop
         kind, w, d, a, b = self._binop(ins)
         if w == 64:
             raise self.err("64-bit division is not supported (64-bit values are narrowed)")
@@ -595,36 +562,6 @@ class Lowerer(WideOps):
     def op_shr(self, ins):
         self._shift(ins, False)
 
-    def op_shf(self, ins: Instr) -> None:
-        """Funnel shift of the 64-bit pair {b:a}: shf.l gives the high word of it << n, shf.r the low
-        word of it >> n; n = c & 31 (wrap) or min(c, 32) (clamp)."""
-        d, a, b, c = (ins.operands[0], *ins.operands[1:4])
-        d, a, b, n = self.dst(d), self.rsrc(a), self.rsrc(b), self.src(c)
-        left, clamp = "l" in ins.mods, "clamp" in ins.mods
-        keep, into, out_op, in_op = (b, a, "SHL", "SHR") if left else (a, b, "SHR", "SHL")
-        if isinstance(n, int):
-            n = min(n, 32) if clamp else n & 31
-            if n == 32:
-                self.mov(d, into)
-            elif n == 0:
-                self.mov(d, keep)
-            else:
-                t = self.emit(out_op, self.tmp(), keep, n)
-                u = self.emit(in_op, self.tmp(), into, 32 - n)
-                self.emit("OR", d, t, u)
-            return
-        m = self.emit("AND", self.tmp(), n, 31)
-        t = self.emit(out_op, self.tmp(), keep, m)
-        u = self.emit(in_op, self.tmp(), into, 1)        # two steps: a shift by 32 - n, also for n = 0
-        inv = self.emit("XOR", self.tmp(), m, 31)
-        self.emit(in_op, u, u, inv)
-        if not clamp:
-            self.emit("OR", d, t, u)
-            return
-        self.emit("OR", t, t, u)
-        big = self.emit("SLTU", self.tmp(), n, 32)
-        self.emit("SEL", d, big, t, c=into)
-
     # ---- compares and selects -----------------------------------------------------------
     def compare(self, cmp: str, kind: str, w: int, a, b, d: str) -> str:
         if cmp not in CMP_OPS:
@@ -644,7 +581,7 @@ class Lowerer(WideOps):
         return self.alu(op, d, a, b)
 
     def op_setp(self, ins: Instr) -> None:
-        kind, w = _type(ins)
+        kind, w = instr_type(ins)
         cmp = ins.mods[0]
         combine = next((m for m in ins.mods if m in ("and", "or", "xor")), None)
         dst = ins.operands[0]
@@ -682,222 +619,3 @@ class Lowerer(WideOps):
         d, a, b, c = ins.operands[:4]
         neg = self.emit("SLT", self.tmp(), self.rsrc(c), 0)
         self.emit("SEL", self.dst(d), neg, self.src(b), c=self.rsrc(a))
-
-    # ---- bit manipulation ---------------------------------------------------------------
-    def _unary32(self, ins: Instr):
-        kind, w = _type(ins)
-        if w != 32:
-            raise self.err(f"{ins.opcode} on {w}-bit values is not supported")
-        return self.dst(ins.operands[0]), self.rsrc(ins.operands[1])
-
-    def op_popc(self, ins: Instr) -> None:
-        from .lower_arith import popc
-        d, x = self._unary32(ins)
-        self.mov(d, popc(self, x))
-
-    def op_clz(self, ins: Instr) -> None:
-        from .lower_arith import clz
-        d, x = self._unary32(ins)
-        self.mov(d, clz(self, x))
-
-    def op_brev(self, ins: Instr) -> None:
-        from .lower_arith import brev
-        d, x = self._unary32(ins)
-        self.mov(d, brev(self, x))
-
-    def op_bfind(self, ins: Instr) -> None:
-        from .lower_arith import clz
-        kind, w = _type(ins)
-        d, x = self._unary32(ins)
-        if kind == "s":
-            x = self.emit("XOR", self.tmp(), x, self.emit("SRA", self.tmp(), x, 31))
-        c = clz(self, x)
-        if "shiftamt" in ins.mods:      # 0xFFFFFFFF for zero, else the leading-zero count
-            z = self.emit("SEQ", self.tmp(), x, 0)
-            self.emit("SEL", d, z, M32, c=c)
-            return
-        t = self.emit("SUB", self.tmp(), RZ, c)
-        self.emit("ADD", d, t, 31)
-
-    def op_bfe(self, ins: Instr) -> None:
-        kind, w = _type(ins)
-        d, a, pos, ln = ins.operands[:4]
-        pos, ln = self.src(pos), self.src(ln)
-        if w != 32 or not isinstance(pos, int) or not isinstance(ln, int):
-            raise self.err("bfe is supported on 32-bit values with constant position and length")
-        pos, ln, d, a = pos & 255, ln & 255, self.dst(d), self.rsrc(a)
-        if ln == 0 or (pos >= 32 and kind == "u"):
-            self.mov(d, 0)
-        elif pos >= 32:
-            self.emit("SRA", d, a, 31)
-        else:
-            end = min(pos + ln, 32)
-            t = self.emit("SHL", self.tmp(), a, 32 - end)
-            self.emit("SRA" if kind == "s" else "SHR", d, t, 32 - end + pos)
-
-    def op_bfi(self, ins: Instr) -> None:
-        d, f, b, pos, ln = ins.operands[:5]
-        pos, ln = self.src(pos), self.src(ln)
-        if not isinstance(pos, int) or not isinstance(ln, int) or _type(ins)[1] != 32:
-            raise self.err("bfi is supported on 32-bit values with constant position and length")
-        pos, ln, d = pos & 255, ln & 255, self.dst(d)
-        if ln == 0 or pos >= 32:
-            self.mov(d, self.src(b))
-            return
-        mask = (((1 << min(ln, 32)) - 1) << pos) & M32
-        t = self.alu("SHL", self.tmp(), self.src(f), pos)
-        self.emit("AND", t, t, mask)
-        u = self.alu("AND", self.tmp(), self.src(b), ~mask & M32)
-        self.emit("OR", d, t, u)
-
-    def op_prmt(self, ins: Instr) -> None:
-        d, a, b, c = ins.operands[:4]
-        sel = self.src(c)
-        if not isinstance(sel, int) or any(m in ins.mods for m in ("f4e", "b4e", "rc8", "ecl", "ecr", "rc16")):
-            raise self.err("prmt is supported with a constant selector in the default mode")
-        srcs = (self.rsrc(a), self.rsrc(b))
-        acc = RZ
-        for i in range(4):
-            s = (sel >> 4 * i) & 15
-            x, k = srcs[(s & 7) >> 2], s & 3
-            if s & 8:   # replicate the byte's sign bit
-                t = self.emit("SHL", self.tmp(), x, 24 - 8 * k)
-                self.emit("SRA", t, t, 31)
-            else:
-                t = self.emit("SHR", self.tmp(), x, 8 * k)
-            self.emit("AND", t, t, 0xFF)
-            if i:
-                self.emit("SHL", t, t, 8 * i)
-            acc = self.emit("OR", self.tmp(), acc, t) if acc != RZ else t
-        self.mov(self.dst(d), acc)
-
-    # ---- memory -------------------------------------------------------------------------
-    def _space(self, ins: Instr) -> str:
-        return next((m for m in ins.mods if m in ("global", "shared", "local", "const", "param")), "generic")
-
-    def _param_ref(self, m: Mem) -> tuple[str, int] | None:
-        if isinstance(m, Mem) and isinstance(m.base, Sym):
-            name = m.base.name
-            if name in self.scope.alias:
-                return ("alias", self.scope.alias[name] + f"+{m.offset}")
-            if self.scope.fn is self.kernel and name in self.params:
-                return ("kernel", m.offset)
-            if any(dcl.name == name and dcl.space == "param" for dcl in self.scope.fn.decls):
-                return ("alias", self.name(name) + f"+{m.offset}")
-        return None
-
-    def op_ld(self, ins: Instr) -> None:
-        kind, w = _type(ins)
-        dsts, m = ins.operands[0], ins.operands[1]
-        ref = self._param_ref(m) if self._space(ins) in ("param", "generic") else None
-        if ref is not None:
-            if ref[0] == "alias":
-                self.mov(self.dst(dsts), ref[1])
-                if w == 64:
-                    self.mov(hi(self.dst(dsts)), hi(ref[1]))
-                return
-            idx = self.params[m.base.name]
-            if m.offset:
-                raise self.err("parameters are read whole (no by-value structs)")
-            self.emit("ADD", self.dst(dsts), RZ, 0, param=idx)
-            if w == 64:
-                self.emit("ADD", hi(self.dst(dsts)), RZ, 0, param=idx, param_part=1)
-            return
-        if self._space(ins) == "param":
-            raise self.err("unknown parameter")
-        items = dsts.items if isinstance(dsts, Vec) else (dsts,)
-        base, off = self.address(m)
-        op = "LD" if w >= 32 else LOAD[(w, kind)]
-        for i, r in enumerate(items):
-            d = self.dst(r)
-            self.emit(op, d, base, off + i * w // 8)
-            if w == 64:
-                self.emit(op, hi(d), base, off + i * 8 + 4)
-            elif self.reg_width(r) == 64:       # a narrower load into a 64-bit register extends it
-                self.emit("SRA", hi(d), d, 31) if kind == "s" else self.mov(hi(d), 0)
-
-    def reg_width(self, r) -> int | None:
-        """Declared width of a PTX register (`.reg .b64 %rd<5>` makes %rd3 64-bit)."""
-        if not isinstance(r, Reg):
-            return None
-        for decl in self.scope.fn.regs:
-            if r.name == decl.prefix or (decl.count is not None and r.name.startswith(decl.prefix)
-                                         and r.name[len(decl.prefix):].isdigit()):
-                return type_width(decl.type)
-        return None
-
-    def op_ldu(self, ins: Instr) -> None:
-        self.op_ld(ins)
-
-    def op_st(self, ins: Instr) -> None:
-        kind, w = _type(ins)
-        m, vals = ins.operands[0], ins.operands[1]
-        ref = self._param_ref(m) if self._space(ins) in ("param", "generic") else None
-        if ref is not None:
-            if ref[0] != "alias":
-                raise self.err("stores to kernel parameters are not supported")
-            if w == 64:
-                self.set2((ref[1], hi(ref[1])), *self.src2(vals))
-            else:
-                self.mov(ref[1], self.src(vals))
-            return
-        items = vals.items if isinstance(vals, Vec) else (vals,)
-        base, off = self.address(m)
-        for i, v in enumerate(items):
-            words = self.src2(v) if w == 64 else (self.src(v),)
-            for k, x in enumerate(words):
-                self.out.append(V(STORE[min(w, 32)], RZ, base, self.reg(x),
-                                  imm=self._imm(off + i * w // 8 + 4 * k), line=self.line))
-
-    def _atom(self, ins: Instr, returns: bool) -> None:
-        kind, w = _type(ins)
-        if w != 32:
-            raise self.err("atomics are supported on 32-bit integers")
-        op = next((ATOM_KIND[m] for m in ins.mods if m in ATOM_KIND), None)
-        if op is None:
-            raise self.err("unknown atomic operation")
-        if op in ("MIN", "MAX") and kind == "u":
-            op += "U"
-        ops = ins.operands
-        d = self.dst(ops[0]) if returns else RZ
-        m, rest = (ops[1], ops[2:]) if returns else (ops[0], ops[1:])
-        base, off = self.address(m)
-        b = self.rsrc(rest[0])
-        c = self.rsrc(rest[1]) if op == "CAS" else RZ
-        self.out.append(V("ATOM." + op, d, base, b, c, imm=self._imm(off), line=self.line))
-
-    def op_atom(self, ins):
-        self._atom(ins, True)
-
-    def op_red(self, ins):
-        self._atom(ins, False)
-
-    def op_vote(self, ins: Instr) -> None:
-        mode = next((m for m in ins.mods if m in ("ballot", "any", "all", "uni")), None)
-        if mode is None:
-            raise self.err("unknown vote mode")
-        d, p = self.dst(ins.operands[0]), self.src(ins.operands[1])
-        if mode != "uni":
-            self.emit("VOTE." + mode.upper(), d, RZ, p)
-            return
-        al = self.emit("VOTE.ALL", self.tmp(), RZ, p)          # uniform: all true or none true
-        an = self.emit("VOTE.ANY", self.tmp(), RZ, p)
-        self.emit("XOR", an, an, 1)
-        self.emit("OR", d, al, an)
-
-    def op_activemask(self, ins: Instr) -> None:
-        self.emit("VOTE.BALLOT", self.dst(ins.operands[0]), RZ, 1)
-
-    def op_shfl(self, ins: Instr) -> None:
-        mode = next((m for m in ins.mods if m in ("idx", "up", "down", "bfly")), None)
-        if mode is None:
-            raise self.err("unknown shuffle mode")
-        d = ins.operands[0]
-        if isinstance(d, Pair):
-            self.shfl_preds.add(self.dst(d.second))
-            d = d.first
-        a, b, c = ins.operands[1:4]
-        bv = self.src(b)
-        self.out.append(V("SHFL." + mode.upper(), self.dst(d), self.rsrc(a),
-                          RZ if isinstance(bv, int) else bv, self.rsrc(c),
-                          imm=bv & 31 if isinstance(bv, int) else 0, bimm=isinstance(bv, int), line=self.line))

@@ -10,13 +10,9 @@ from __future__ import annotations
 from ..machine.isa import ALU_OPS, MEM_WORDS, SPECIAL, CapacityError
 from .lower_cfg import BB
 from .lower_ir import RZ, LoweringError, V
-from .lower_ops import MemoryLayout
+from .lower_ir import MemoryLayout
 
 N_COLOURS = 15
-
-
-def _uses(v: V) -> list[str]:
-    return v.uses()
 
 
 def liveness(blocks: dict[str, BB], order: list[str]) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
@@ -24,7 +20,7 @@ def liveness(blocks: dict[str, BB], order: list[str]) -> tuple[dict[str, set[str
     for n in order:
         u, d = set(), set()
         for v in blocks[n].ops + [blocks[n].term]:
-            u |= {r for r in _uses(v) if r not in d}
+            u |= {r for r in V.uses(v) if r not in d}
             d |= set(v.defs())
         use[n], defs[n] = u, d
     live_in = {n: set() for n in order}
@@ -48,14 +44,14 @@ def dead_code(blocks: dict[str, BB], order: list[str]) -> None:
         _, live_out = liveness(blocks, order)
         for n in order:
             b = blocks[n]
-            live = set(live_out[n]) | set(_uses(b.term))
+            live = set(live_out[n]) | set(V.uses(b.term))
             kept = []
             for v in reversed(b.ops):
                 if v.op in ALU_OPS and v.d not in live:
                     changed = True
                     continue
                 live -= set(v.defs())
-                live |= set(_uses(v))
+                live |= set(V.uses(v))
                 kept.append(v)
             b.ops = kept[::-1]
 
@@ -86,7 +82,7 @@ def _colour(blocks: dict[str, BB], order: list[str]) -> tuple[dict[str, int], li
             if v.is_move and v.a != RZ:
                 partners.setdefault(v.d, []).append(v.a)
                 partners.setdefault(v.a, []).append(v.d)
-            for u in _uses(v):
+            for u in V.uses(v):
                 node(u)
                 count[u] = count.get(u, 0) + 1
                 live.add(u)
@@ -144,7 +140,7 @@ def _spill(name: str, blocks: dict[str, BB], order: list[str], offset: int) -> N
         b = blocks[bname]
         ops: list[V] = []
         for v in b.ops + [b.term]:
-            if name in _uses(v):
+            if name in V.uses(v):
                 code, a = addr(v.line)
                 t = fresh()
                 ops += code + [V("LD", t, a, frame=("top", offset), line=v.line)]

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..cuda.compiler import compile_to_ptx
 from ..cuda.lower import lower
-from ..cuda.lower_ops import MemoryLayout
+from ..cuda.lower_ir import MemoryLayout
 from ..cuda.ptx import parse_ptx, select_kernel
 from ..errors import QgpuError
 from ..machine import interp
