@@ -89,7 +89,7 @@ def run(source: Path, arg_texts: tuple[str, ...], kernel: str | None, grid: tupl
     arrays = {name: _ints(v) for name, v in result.arrays.items()}
     if as_json:
         click.echo(json.dumps({
-            "kernel": result.kernel if isinstance(result.kernel, str) else compiled.name,
+            "kernel": result.kernel,
             "grid": list(result.grid), "block": list(result.block),
             "arrays": arrays,
             "tokens": {"prompt": int(result.tokens["prompt"]), "generated": int(result.tokens["generated"])},
