@@ -543,6 +543,19 @@ def _wide_arith_expect(a, s):
     return {2: words(p), 3: p >> 32, 4: (words(a[0]) + words(a[1])) // 2}
 
 
+def _automaton_make(rng, shape):
+    return [ints(rng, shape.threads), ints(rng, shape.threads), int(rng.choice([30, 90, 110, 184])),
+            int(rng.integers(0, 12))]
+
+
+def _automaton_expect(a, s):
+    rule_bits = (a[2] >> np.arange(8)) & 1
+    rings = per_block(a[0], s) & 1
+    for _ in range(a[3]):
+        rings = rule_bits[4 * np.roll(rings, 1, axis=1) + 2 * rings + np.roll(rings, -1, axis=1)]
+    return {1: rings.ravel()}
+
+
 def gen(lo: int = I32_MIN, hi: int = I32_MAX, *edges: int) -> Callable:
     """An input generator (rng, n) -> array: ints in [lo, hi] with edge values."""
     return lambda rng, n: ints(rng, n, lo, hi, edges)
@@ -724,6 +737,9 @@ CASES: tuple[Case, ...] = (
     Case("wide_arith.cu", None, ANY_1D, arrays(I, I, outs=3), _wide_arith_expect),
     Case("wide_divide.cu", None, ANY_1D, arrays(I, I, outs=2),
          lambda a, s: (lambda x: {2: s32(cdiv(x, 1000003)), 3: s32(cmod(x, 1000003))})(a[0] * a[1])),
+    Case("odd_even_sort.cu", None, ANY_1D, lambda r, s: (lambda n: [ints(r, n), n])(n_for(r, s, s.bsize + 1)),
+         lambda a, s: {0: np.concatenate([np.sort(blk) for blk in np.split(a[0], range(s.bsize, a[1], s.bsize))])}),
+    Case("automaton.cu", None, ANY_1D, _automaton_make, _automaton_expect),
     Case("nested_loops.cu", None, (S(2, 4), S(1, 1), S(1, 3), S(1, 8), S(2, 7)), arrays(I, outs=1),
          lambda a, s: {1: s32(np.convolve(a[0], np.arange(1, a[2] + 1))[: a[2]])}),
 )
