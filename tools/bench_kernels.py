@@ -4,7 +4,10 @@
 
 Matvec (decode) at Qwen3.5-2B shapes: GB/s of weights read, next to the copy rate of a buffer of the same
 size (np.copyto; bytes copied per second) and NumPy doing the same product (bf16 -> f32 in row chunks, then
-a BLAS matvec). Also matmul (prefill) GFLOP/s, the sparse path at 1% density, and the DeltaNet step.
+a BLAS matvec). Then every matvec of one decoded token through 24 layers (one call each, and grouped by
+shared input with matvec_bf16_multi) next to copying the same bytes; matmul (prefill) GFLOP/s; the sparse
+path at several densities; the DeltaNet step; and a 64-token prompt's recurrences, per-token calls vs the
+prefill kernels.
 Times are the best of --repeat runs; on a shared machine the load average printed first says how much
 to trust them.
 """
