@@ -134,3 +134,31 @@ def test_no_text_gate_when_text_surrounds_the_origin():
         find_text_gate(rows, [0, 1, 2, 3], 4)
     gate = find_text_gate(rows[:4], [0, 1, 2, 3], 4)
     assert gate.tau > 0 and np.all(rows[:4] @ gate.lam <= -gate.tau + 1e-12)
+
+
+def test_merge_rejects_mismatched_base_and_leaves_nothing(tmp_path):
+    from qgpu_min.circuit.merge import write_merged
+    from qgpu_min.model.synthetic import write_synthetic_checkpoint
+
+    base = write_synthetic_checkpoint(tmp_path / "tiny", "tiny")
+    c = Circuit("t")
+    x = c.input("x", 2)
+    c.output(lib.bit_from_ands(c, "y", [[(x, 1)]]))
+    p = plan(c)
+    with pytest.raises(CircuitError, match="hidden/intermediate"):
+        write_merged(base, tmp_path / "out", emit(p), p.shape, np.zeros((1, p.shape.hidden), np.float32))
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.tmp").exists()
+
+
+def test_read_groups_rejects_inexact_values():
+    from qgpu_min.circuit.run import embedding_rows, read_groups
+
+    c = Circuit("t")
+    x = c.input("x", 2)
+    c.output(x)
+    p = plan(c)
+    h = embedding_rows(p, {x: np.array([1, 1])})  # a valid circuit state: decodes exactly
+    assert read_groups(p, h, [x])[:, 0].tolist() == [1, 1]
+    h[1, p.dims[id(x)][1]] = 0.98
+    with pytest.raises(CircuitError, match="not exact on case 1"):
+        read_groups(p, h, [x])

@@ -61,6 +61,8 @@ def write_merged(base_dir: str | Path, out_dir: str | Path, layers: list[LayerWe
                            f"!= the circuit's {shape.hidden}/{shape.intermediate}")
     if not (raw.get("tie_word_embeddings", text.get("tie_word_embeddings", True))):
         raise CircuitError("the circuit's output code needs tied embeddings (tie_word_embeddings true)")
+    if token_rows.ndim != 2 or token_rows.shape[1] != shape.hidden:
+        raise CircuitError(f"circuit token rows must be [N, {shape.hidden}], got {list(token_rows.shape)}")
     n = len(layers)
     base_types = list(text["layer_types"])
     vocab = int(text["vocab_size"])
@@ -89,11 +91,15 @@ def write_merged(base_dir: str | Path, out_dir: str | Path, layers: list[LayerWe
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    write_checkpoint_weights(tmp, tensors)
-    (tmp / "config.json").write_text(json.dumps(raw, indent=4), encoding="utf-8")
-    for f in SIDE_FILES:
-        if (base_dir / f).exists():
-            shutil.copy2(base_dir / f, tmp / f)
+    try:
+        write_checkpoint_weights(tmp, tensors)
+        (tmp / "config.json").write_text(json.dumps(raw, indent=4), encoding="utf-8")
+        for f in SIDE_FILES:
+            if (base_dir / f).exists():
+                shutil.copy2(base_dir / f, tmp / f)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # nothing half-written is left behind
+        raise
     if out_dir.exists():
         shutil.rmtree(out_dir)
     os.replace(tmp, out_dir)
