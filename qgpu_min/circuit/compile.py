@@ -262,10 +262,11 @@ class LayerWeights:
 
 @dataclass
 class Mute:
-    """The text gate: T(u) = lam . u (over dims outside the circuit) is <= -tau on every text token and 0 on
-    circuit tokens; adding B*T to every circuit pre-activation drives it below -90 on text."""
+    """A text gate: T(u) = lam . u (over dims that hold 0 on circuit tokens at that sublayer) is <= -tau on
+    every text token and 0 on circuit tokens; adding B*T to every pre-activation of the sublayer drives it
+    below -90 on text."""
 
-    lam: np.ndarray   # [hidden], zero on circuit dims
+    lam: np.ndarray   # [hidden], zero on dims live on circuit tokens
     tau: float
     max_abs: np.ndarray  # [hidden] max |normalised text value| per dim
     margin: float = 100.0
@@ -464,13 +465,24 @@ def emit(p: Plan, out_code: OutputCode | None = None) -> list[LayerWeights]:
     return layers
 
 
-def add_mute(layers: list[LayerWeights], mute: Mute, shape: BaseShape) -> None:
-    """Add B * T(u) to every used MLP unit and every used query/key channel (see Mute). Values need none:
-    with a zero key a text token writes nothing, and with a zero query it reads nothing."""
-    lam_dims = np.nonzero(mute.lam)[0]
+def live_dims(p: Plan, t: int) -> set[int]:
+    """Dims that are nonzero on circuit tokens at norm point t (2L-1: attention L's input, 2L: MLP L's)."""
+    out = set(p.const_dims) | set(p.ballast_dims)
+    for gid, b in p.birth.items():
+        if gid in p.dims and b <= t and (gid not in p.clear_at or 2 * p.clear_at[gid] + 1 > t):
+            out.update(p.dims[gid])
+    return out
+
+
+def add_mute(layers: list[LayerWeights], gates: dict, shape: BaseShape) -> None:
+    """Add B * T(u) to every used MLP unit (gate gates[("mlp", L)]) and every used query/key channel
+    (gates[("attn", L)]), B sized per row from its own weights (see Mute). Values need no gate: with a
+    zero key a text token writes nothing, and with a zero query it reads nothing."""
     qk_rows = 2 * shape.heads * shape.head_dim
-    for lw in layers:
-        for name in ("gate", "qkv"):
+    for L, lw in enumerate(layers):
+        for name, kind in (("gate", "mlp"), ("qkv", "attn")):
+            mute: Mute = gates[(kind, L)]
+            lam_dims = np.nonzero(mute.lam)[0]
             m: Coo = lw.mats[name]
             rows, cols, vals = m.summed()
             keep = rows < (qk_rows if name == "qkv" else m.shape[0])

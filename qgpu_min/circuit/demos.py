@@ -25,7 +25,7 @@ from .compile import BaseShape, OutputCode, add_mute, check_exact_weights, emit,
 from .ir import CONST, Circuit, Group, Word, view
 from .margin import static_check, text_gate_check
 from .merge import write_merged
-from .tokens import CircuitTokens, find_text_gate, normalised_text_rows, token_rows
+from .tokens import CircuitTokens, normalised_text_rows, text_gates, token_rows
 
 ALU_OPS = lib.ALU_OPS
 EMIT = ("in", "out0", "out1", "out2", "out3", "end")
@@ -141,12 +141,11 @@ def build_demo(base_dir: str | Path, out_dir: str | Path) -> BuiltDemo:
     infos = read_checkpoint_headers(base_dir, keep=lambda n: n.endswith("embed_tokens.weight"))
     embed = MappedFiles().array(next(iter(infos.values())))
     text = normalised_text_rows(embed, shape.eps)
-    free = sorted(set(range(shape.hidden)) - p.used_dims())
-    mute = find_text_gate(text, free, shape.hidden)
-    add_mute(layers, mute, shape)
+    gates = text_gates(p, text)
+    add_mute(layers, gates, shape)
     worst = text_gate_check(layers, text, 2 * shape.heads * shape.head_dim)
     path = write_merged(base_dir, out_dir, layers, shape, token_rows(p, d.tokens))
-    return BuiltDemo(path, d, cfg.vocab_size, len(layers), mute.tau, worst, [lw.units for lw in layers],
+    return BuiltDemo(path, d, cfg.vocab_size, len(layers), min(g.tau for g in gates.values()), worst, [lw.units for lw in layers],
                      [lw.heads for lw in layers])
 
 

@@ -10,12 +10,12 @@ from qgpu_min.model import kernels
 from qgpu_min.model.bf16 import round_bf16
 
 from . import lib
-from .compile import BaseShape, Mute, add_mute, check_exact_weights, emit, plan
+from .compile import BaseShape, add_mute, check_exact_weights, emit, plan
 from .ir import Circuit, CircuitError, Word
 from .margin import static_check, text_gate_check
 from .run import circuit_model, embedding_rows, read_groups
 from .sim import group_value, simulate, word_inputs, word_value
-from .tokens import find_text_gate
+from .tokens import text_gates
 
 MASK = 0xFFFFFFFF
 Check = tuple[str, bool, str]
@@ -245,14 +245,14 @@ def check_text_mute(n_text: int = 256, modes: tuple[str, ...] = ("fp32", "bf16")
     text = (rng.standard_normal((n_text, shape.hidden)) * (2 / np.sqrt(shape.hidden))).astype(np.float32)
     text = round_bf16(text)
     normed = (text / np.sqrt(np.mean(text.astype(np.float64) ** 2, 1, keepdims=True) + shape.eps)).astype(np.float32)
-    free = sorted(set(range(shape.hidden)) - p.used_dims())
-    mute: Mute = find_text_gate(normed, free, shape.hidden)
-    add_mute(layers, mute, shape)
+    gates = text_gates(p, normed)
+    add_mute(layers, gates, shape)
     worst = text_gate_check(layers, normed, 2 * shape.heads * shape.head_dim)
     circ = embedding_rows(p, {wa: np.array([17, 3, 16]), ra: np.array([3, 3, 3]),
                               **word_inputs(wv, np.array([7, 12345, 0]))})
     emb = np.concatenate([text, circ])
-    results = [("text gate margin", worst <= -90, f"tau {mute.tau:.3g}, highest text pre-activation {worst:.1f}")]
+    tau = min(g.tau for g in gates.values())
+    results = [("text gate margin", worst <= -90, f"tau {tau:.3g}, highest text pre-activation {worst:.1f}")]
     for mode in modes:
         model = circuit_model(layers, shape, emb, mode)
         st = model.new_state()

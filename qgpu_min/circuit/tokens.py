@@ -8,8 +8,8 @@ output groups, at a large amplitude, onto the code dims, and the token whose cod
 Silence on text. Every circuit sublayer output is exactly zero on a text token only if every unit's
 pre-activation is <= -90 there (silu then returns -0.0 in fp32 and bf16). Without biases that needs a
 linear functional T(u) = lam . u that is negative on every normalised text embedding and 0 on circuit
-tokens; `find_text_gate` looks for one on the dims the circuit leaves unused (where circuit tokens are 0)
-and reports its margin tau. If none exists for a checkpoint (the text embeddings do not lie in an open
+tokens; `text_gates` looks for one per sublayer on the dims that are zero on circuit tokens there, and
+reports its margin tau. If none exists for a checkpoint (the text embeddings do not lie in an open
 half-space of those dims), exact silence is impossible with this construction and the build says so.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 
 from qgpu_min.model.bf16 import bf16_to_f32
 
-from .compile import Mute, Plan
+from .compile import Mute, Plan, live_dims
 from .ir import CircuitError
 from .run import embedding_rows
 
@@ -72,3 +72,14 @@ def find_text_gate(text_rows: np.ndarray, free_dims: list[int], hidden: int) -> 
     full[free_dims] = lam
     return Mute(full, tau, np.abs(text_rows).max(axis=0).astype(np.float64))
 
+
+
+def text_gates(p: Plan, text_rows: np.ndarray) -> dict:
+    """A text gate per sublayer, each on the dims that are zero on circuit tokens at that point (dims freed
+    earlier count too): {("attn", L): Mute, ("mlp", L): Mute}."""
+    gates = {}
+    for L in range(p.n_layers):
+        for kind, t in (("attn", 2 * L - 1), ("mlp", 2 * L)):
+            free = sorted(set(range(p.shape.hidden)) - live_dims(p, t))
+            gates[(kind, L)] = find_text_gate(text_rows, free, p.shape.hidden)
+    return gates
