@@ -36,26 +36,34 @@ GB = 1e9
 
 # ---- measurements (run inside the worker processes) ---------------------------------------------------------
 
-def copy_bandwidth(nbytes: int = 1 << 29, repeats: int = 5) -> dict[str, float]:
-    """Best memory-copy bandwidth in bytes/s (read + written), one thread and all cores."""
-    src = np.ones(nbytes // 8, np.float64)
-    dst = np.empty_like(src)
-    threads = os.cpu_count() or 1
-    bounds = np.linspace(0, len(src), threads + 1).astype(np.int64)
-    parts = [(dst[a:b], src[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+class CopyBench:
+    """Memory-copy bandwidth in bytes/s (read + written), best of one thread and all cores."""
 
-    def best(run) -> float:
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = nbytes
+        self.src = np.ones(nbytes // 8, np.float64)
+        self.dst = np.empty_like(self.src)
+        self.threads = os.cpu_count() or 1
+        bounds = np.linspace(0, len(self.src), self.threads + 1).astype(np.int64)
+        self.parts = [(self.dst[a:b], self.src[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+
+    def _best(self, run, repeats: int) -> float:
         times = []
         for _ in range(repeats):
             t = time.perf_counter()
             run()
             times.append(time.perf_counter() - t)
-        return 2 * nbytes / min(times)
+        return 2 * self.nbytes / min(times)
 
-    single = best(lambda: np.copyto(dst, src))
-    with ThreadPoolExecutor(threads) as pool:  # NumPy drops the GIL while copying
-        multi = best(lambda: list(pool.map(lambda p: np.copyto(*p), parts)))
-    return {"single": single, "multi": multi, "best": max(single, multi)}
+    def measure(self, repeats: int) -> dict[str, float]:
+        single = self._best(lambda: np.copyto(self.dst, self.src), repeats)
+        with ThreadPoolExecutor(self.threads) as pool:  # NumPy drops the GIL while copying
+            multi = self._best(lambda: list(pool.map(lambda p: np.copyto(*p), self.parts)), repeats)
+        return {"single": single, "multi": multi, "best": max(single, multi)}
+
+
+def copy_bandwidth(nbytes: int = 1 << 29, repeats: int = 5) -> dict[str, float]:
+    return CopyBench(nbytes).measure(repeats)
 
 
 def _nbytes(w) -> int:
@@ -79,7 +87,7 @@ def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
-def worker_ours(path: str, prompt_len: int, n_decode: int, warmup: int, seed: int) -> dict:
+def worker_ours(path: str, prompt_len: int, n_decode: int, warmup: int, seed: int, paired: int) -> dict:
     from qgpu_min.model import load_model
 
     t = time.perf_counter()
@@ -98,9 +106,20 @@ def worker_ours(path: str, prompt_len: int, n_decode: int, warmup: int, seed: in
         t = time.perf_counter()
         tok = int(model.decode(state, tok).argmax())
         times.append(time.perf_counter() - t)
+    peak_rss = _peak_rss()  # before the paired phase's copy buffers
+    # Paired phase: each decode token right after a bandwidth measurement, so both see the same load from
+    # the rest of the machine; their ratio is steadier than the whole-run figures on a shared machine.
+    nbytes = decode_bytes(model)
+    bench, ratios = CopyBench(1 << 28), []
+    for _ in range(paired):
+        bw = bench.measure(repeats=2)["best"]
+        t = time.perf_counter()
+        tok = int(model.decode(state, tok).argmax())
+        ratios.append((time.perf_counter() - t) / (nbytes / bw))
     return {"load_s": load_s, "prefill_tok_s": prompt_len / prefill_s, "decode_tok_s": n_decode / sum(times),
             "decode_ms_median": 1e3 * float(np.median(times)), "decode_ms_best": 1e3 * min(times),
-            "bytes_per_token": decode_bytes(model), "peak_rss": _peak_rss()}
+            "bytes_per_token": nbytes, "peak_rss": peak_rss,
+            "paired_floor_ratios": ratios}
 
 
 def worker_hf(path: str, prompt_len: int, n_decode: int, warmup: int, seed: int, dtype: str) -> dict:
@@ -174,7 +193,8 @@ def hf_dtype(path: Path) -> tuple[str | None, str]:
 
 def run_worker(kind: str, args: argparse.Namespace, path: Path, *extra: str) -> dict:
     cmd = [sys.executable, __file__, "--worker", kind, "--model", str(path), "--prompt-len", str(args.prompt_len),
-           "--decode", str(args.decode), "--warmup", str(args.warmup), "--seed", str(args.seed), *extra]
+           "--decode", str(args.decode), "--warmup", str(args.warmup), "--seed", str(args.seed),
+           "--paired", str(args.paired), *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     for line in proc.stdout.splitlines():
         if line.startswith(RESULT):
@@ -196,6 +216,11 @@ def synthetic_checkpoint(layers: int, where: Path | None) -> Path:
     write_synthetic_checkpoint(path, size="2b", layers=layers)
     print(f"  done in {time.perf_counter() - t:.0f} s", file=sys.stderr)
     return path
+
+
+def _paired(result: dict) -> str:
+    r = result["paired_floor_ratios"]
+    return f"{np.median(r):.2f}x, {min(r):.2f}x ({len(r)} tokens)" if r else "-"
 
 
 def table(ours: dict, hf: dict | None, hf_note: str, args: argparse.Namespace, path: Path) -> str:
@@ -223,6 +248,7 @@ def table(ours: dict, hf: dict | None, hf_note: str, args: argparse.Namespace, p
         ("decode time / floor (mean, best)",
          f"{1e3 / ours['decode_tok_s'] / floor_ms:.2f}x, {ours['decode_ms_best'] / floor_ms:.2f}x",
          f"{1e3 / h['decode_tok_s'] / floor_ms:.2f}x, {h['decode_ms_best'] / floor_ms:.2f}x" if hf else "-", ""),
+        ("decode / floor, paired (median, best)", _paired(ours), "", ""),
         ("peak RSS", f"{ours['peak_rss'] / GB:.2f} GB", fmt(h.get("peak_rss", None) and h["peak_rss"] / GB, "{:.2f} GB"),
          ""),
     ]
@@ -238,6 +264,8 @@ def main() -> int:
     ap.add_argument("--prompt-len", type=int, default=64)
     ap.add_argument("--decode", type=int, default=16, help="decoded tokens timed (default 16)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed decode steps first (pages weights in)")
+    ap.add_argument("--paired", type=int, default=8,
+                    help="extra decode steps, each timed right after a bandwidth measurement (default 8)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-hf", action="store_true", help="skip transformers")
     ap.add_argument("--hf-dtype", choices=("auto", "float32", "bfloat16"), default="auto")
@@ -247,7 +275,8 @@ def main() -> int:
     args = ap.parse_args()
 
     if args.worker == "ours":
-        print(RESULT + json.dumps(worker_ours(args.model, args.prompt_len, args.decode, args.warmup, args.seed)))
+        print(RESULT + json.dumps(worker_ours(args.model, args.prompt_len, args.decode, args.warmup, args.seed,
+                                              args.paired)))
         return 0
     if args.worker == "bandwidth":
         print(RESULT + json.dumps(copy_bandwidth()))
