@@ -556,6 +556,10 @@ def _automaton_expect(a, s):
     return {1: rings.ravel()}
 
 
+def _broadcast_expect(a, s):
+    return {1: np.repeat(per_block(a[0], s)[:, -1], s.bsize)}
+
+
 def gen(lo: int = I32_MIN, hi: int = I32_MAX, *edges: int) -> Callable:
     """An input generator (rng, n) -> array: ints in [lo, hi] with edge values."""
     return lambda rng, n: ints(rng, n, lo, hi, edges)
@@ -740,6 +744,12 @@ CASES: tuple[Case, ...] = (
     Case("odd_even_sort.cu", None, ANY_1D, lambda r, s: (lambda n: [ints(r, n), n])(n_for(r, s, s.bsize + 1)),
          lambda a, s: {0: np.concatenate([np.sort(blk) for blk in np.split(a[0], range(s.bsize, a[1], s.bsize))])}),
     Case("automaton.cu", None, ANY_1D, _automaton_make, _automaton_expect),
+    Case("radix_sort.cu", None, ANY_1D,
+         lambda r, s: [uints(r, s.threads), int(r.integers(1, 6))],
+         lambda a, s: {0: np.concatenate([blk[np.argsort(blk & ((1 << a[1]) - 1), kind="stable")]
+                                          for blk in per_block(a[0], s)])}),
+    Case("shared_broadcast.cu", None, ANY_1D, lambda r, s: [ints(r, s.threads), ints(r, s.threads)],
+         _broadcast_expect),
     Case("nested_loops.cu", None, (S(2, 4), S(1, 1), S(1, 3), S(1, 8), S(2, 7)), arrays(I, outs=1),
          lambda a, s: {1: s32(np.convolve(a[0], np.arange(1, a[2] + 1))[: a[2]])}),
 )

@@ -19,11 +19,16 @@ from qgpu_min.cuda.lower_ir import LoweringError
 from qgpu_min.host.launch import compile_kernel, launch
 
 COMPILERS = ("zig", "nvcc")
-# Kernels the lowering cannot run yet, by case id: (why, the failure expected). Not strict, so a fix
-# shows as XPASS; any other failure still fails.
+# Kernels that cannot run exactly yet, by case id: (why, the failure expected, the compilers concerned
+# or None for all). Not strict, so a fix shows as XPASS; any other failure still fails.
+CLANG14_BARRIER = ("clang 14 moves loads of a __shared__ variable above __syncthreads() (its barrier "
+                   "intrinsic is not treated as touching non-escaping shared globals), so the PTX itself is racy; "
+                   "zig clang 22 and nvcc are right. Fix: a barrier with a memory clobber in the prelude")
 KNOWN_GAPS = {
     "wide_divide": ("64-bit division by a constant compiles to mul.hi.s64, which the lowering does not expand yet",
-                    LoweringError),
+                    LoweringError, None),
+    "radix_sort": (CLANG14_BARRIER, AssertionError, ("clang",)),
+    "shared_broadcast": (CLANG14_BARRIER, AssertionError, ("clang",)),
 }
 SLOW_COMPILERS = COMPILERS + (("clang",) if shutil.which("clang") or shutil.which("clang++") else ())
 
@@ -72,15 +77,18 @@ def run_case(case: Case, compiler: str, shape: Shape) -> None:
             np.testing.assert_array_equal(got, words(want), err_msg=where)
 
 
-def _marks(case: Case) -> list:
+def _marks(case: Case, compiler: str) -> list:
     if case.id not in KNOWN_GAPS:
         return []
-    reason, raises = KNOWN_GAPS[case.id]
+    reason, raises, compilers = KNOWN_GAPS[case.id]
+    if compilers is not None and compiler not in compilers:
+        return []
     return [pytest.mark.xfail(reason=reason, raises=raises, strict=False)]
 
 
 def _params(compilers, shapes_of):
-    return [pytest.param(case, compiler, shape, id=f"{case.id}-{compiler}-{shape}", marks=_marks(case))
+    return [pytest.param(case, compiler, shape, id=f"{case.id}-{compiler}-{shape}",
+                         marks=_marks(case, compiler))
             for case in CASES for compiler in compilers for shape in shapes_of(case)]
 
 
