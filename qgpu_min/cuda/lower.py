@@ -1,8 +1,9 @@
 """PTX kernel -> machine Program: memory layout, op expansion, CFG layout, register allocation, packing.
 
 Pipeline: lower_ops (PTX -> virtual code, calls inlined) -> lower_cfg (basic blocks, jump threading,
-reconvergence layout) -> lower_regalloc (15 registers) -> pack each basic block into machine blocks
-(isa.N_PRE ALU, one memory op, isa.N_POST ALU, terminator), then live-in/out masks.
+reconvergence layout) -> lower_opt (constant propagation, branch inversion) -> lower_regalloc (15
+registers) -> pack each basic block into machine blocks (isa.N_PRE ALU, one memory op, isa.N_POST ALU,
+terminator), then live-in/out masks.
 
 Kernel parameters are not in memory: each `ld.param` becomes `ADD rd, rz, imm` whose imm the launch
 sets to the argument (an array's base address or a scalar), recorded in Program.param_slots.
@@ -21,6 +22,7 @@ from ..machine.isa import (MEM_WORDS, N_POST, N_PRE, STORE_OPS, ZERO, Block, Cap
 from .lower_cfg import build_blocks, layout, thread_jumps
 from .lower_ir import RZ, MemoryLayout, V
 from .lower_ops import Lowerer
+from .lower_opt import optimize
 from .lower_regalloc import allocate
 from .ptx import Function, PtxModule
 
@@ -130,6 +132,7 @@ def lower(module: PtxModule, kernel: Function) -> Lowered:
     lay = memory_layout(module, kernel)
     code = Lowerer(module, kernel, lay).lower_kernel()
     blocks = thread_jumps(build_blocks(code))
+    optimize(blocks)
     order = layout(blocks)
     colour = allocate(blocks, order, lay)
     top = MEM_WORDS * 4 - lay.frame_bytes

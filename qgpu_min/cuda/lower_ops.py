@@ -576,8 +576,8 @@ class Lowerer(WideOps, BitOps, MemOps):
         if isinstance(a, int) and op not in COMMUTATIVE and isinstance(b, str):
             # k < b  ==  !(b <= k)   (and k <= b == !(b < k))
             flip = {"SLT": "SLE", "SLE": "SLT", "SLTU": "SLEU", "SLEU": "SLTU"}[op]
-            self.alu(flip, d, b, a)
-            return self.emit("XOR", d, d, 1)
+            t = self.alu(flip, self.tmp(), b, a)
+            return self.emit("XOR", d, t, 1)
         return self.alu(op, d, a, b)
 
     def op_setp(self, ins: Instr) -> None:
