@@ -1,8 +1,11 @@
 """The Qwen3.5 text forward pass (reference §3): decode one token, or prefill many at once.
 
 Every layer is pre-norm residual: h += Mixer(RMSNorm(h)); h += MLP(RMSNorm(h)), the mixer a Gated DeltaNet
-or gated full attention as `layer_types` says. Prefill multiplies all prompt tokens' activations at once and
-runs only the conv and delta-rule recurrences token by token; decode is the same code with one token.
+or gated full attention as `layer_types` says. Prefill multiplies all prompt tokens' activations at once
+(projections of one input in one fused dispatch) and runs only the conv and delta-rule recurrences token by
+token, inside one C call per layer (`conv_prefill`, `deltanet_prefill`); decode is the same code with one
+token. Every kernel gives the same bits as its single-product, single-token form, so the fast paths change no
+result (tests/test_model_perf_paths.py).
 
 Modes. "fp32": activations float32 throughout, bf16 weights widened exactly. "bf16": emulates torch bf16
 inference (HF `modeling_qwen3_5.py`): every value torch would hold as a bf16 tensor is rounded to bf16
@@ -171,6 +174,12 @@ class Model:
             return self.r(kernels.matvec_bf16(w, x[0]))[None]
         return self.r(kernels.matmul_bf16(w, x))
 
+    def _linears(self, ws: list, x: np.ndarray) -> list[np.ndarray]:
+        """[_linear(w, x) for w in ws], bit for bit, in one parallel dispatch (projections of one input)."""
+        if x.shape[0] == 1:
+            return [self.r(y)[None] for y in kernels.matvec_bf16_multi(ws, x[0])]
+        return [self.r(y) for y in kernels.matmul_bf16_multi(ws, x)]
+
     def _norm(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
         return self.r(kernels.rmsnorm(x, w, self.config.rms_norm_eps, plus_one=True))
 
@@ -180,22 +189,18 @@ class Model:
         mixed = self._deltanet(state, i, w, u) if kind == "linear_attention" else self._attention(state, i, w, u)
         h = self.r(h + mixed)
         u = self._norm(h, w["post_norm"])
-        act = self.r(self.r(kernels.silu(self._linear(w["gate"], u))) * self._linear(w["up"], u))
+        gate, up = self._linears([w["gate"], w["up"]], u)
+        act = self.r(self.r(kernels.silu(gate)) * up)
         return self.r(h + self._linear(w["down"], act))
 
     def _deltanet(self, state: State, i: int, w: dict, u: np.ndarray) -> np.ndarray:
         cfg, r, T = self.config, self.r, u.shape[0]
         nk, nv, dk, dv = (cfg.linear_num_key_heads, cfg.linear_num_value_heads, cfg.linear_key_head_dim,
                           cfg.linear_value_head_dim)
-        mixed = self._linear(w["qkv"], u)  # (T, conv_dim): [q | k | v]
-        z = self._linear(w["z"], u).reshape(T, nv, dv)
-        b = self._linear(w["b"], u)
-        a = self._linear(w["a"], u)
-        conv_state, taps = state.conv[i], w["conv"]
-        c = np.empty_like(mixed)
-        for t in range(T):  # causal conv: a recurrence over tokens through conv_state
-            c[t] = kernels.conv_update(conv_state, mixed[t], taps)
-        c = r(kernels.silu(r(c)))
+        mixed, z, b, a = self._linears([w["qkv"], w["z"], w["b"], w["a"]], u)  # mixed (T, conv_dim): [q|k|v]
+        z = z.reshape(T, nv, dv)
+        # causal conv: a recurrence over tokens through conv_state, all T tokens in one call
+        c = r(kernels.silu(r(kernels.conv_prefill(state.conv[i], mixed, w["conv"]))))
         q = c[:, :cfg.key_dim].reshape(T, nk, dk)
         k = c[:, cfg.key_dim:2 * cfg.key_dim].reshape(T, nk, dk)
         v = np.ascontiguousarray(c[:, 2 * cfg.key_dim:].reshape(T, nv, dv))
@@ -206,11 +211,7 @@ class Model:
         if nv > nk:  # each key head serves nv/nk consecutive value heads (HF repeat_interleave)
             q, k = np.repeat(q, nv // nk, axis=1), np.repeat(k, nv // nk, axis=1)
         q, k = np.ascontiguousarray(q, np.float32), np.ascontiguousarray(k, np.float32)
-        S = state.recurrent[i]
-        o = np.empty((T, nv, dv), np.float32)
-        for t in range(T):
-            o[t] = kernels.deltanet_step(S, q[t], k[t], v[t], g[t], beta[t])
-        o = r(o)
+        o = r(kernels.deltanet_prefill(state.recurrent[i], q, k, v, g, beta))  # (T, nv, dv), token by token
         if self.mode == "bf16":  # HF Qwen3_5RMSNormGated: round the normalised value, then w * it, then the gate
             n = r(kernels.rmsnorm(o, np.ones(dv, np.float32), cfg.rms_norm_eps, plus_one=False))
             o = r(r(w["gdn_norm"] * n) * kernels.silu(z))
@@ -232,7 +233,7 @@ class Model:
 
     def _append_kv(self, state: State, i: int, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Store this step's k, v (T, kv heads, head_dim); returns the valid cache (kv heads, pos+T, hd)."""
-        T, end = k.shape[0], state.pos + k.shape[0]
+        end = state.pos + k.shape[0]
         keys = state.keys.get(i)
         if keys is None or keys.shape[1] < end:  # grow by doubling
             cap = max(64, 2 * end)
@@ -263,14 +264,13 @@ class Model:
     def _attention(self, state: State, i: int, w: dict, u: np.ndarray) -> np.ndarray:
         cfg, r, T = self.config, self.r, u.shape[0]
         nq, nkv, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        qg = self._linear(w["q"], u)
+        qg, k, v = self._linears([w["q"], w["k"], w["v"]], u)
         if cfg.attn_output_gate:  # rows interleaved per head: [query (hd) | gate (hd)]
             qg = qg.reshape(T, nq, 2 * hd)
             q, gate = qg[..., :hd], qg[..., hd:].reshape(T, nq * hd)
         else:
             q, gate = qg.reshape(T, nq, hd), None
-        k = self._linear(w["k"], u).reshape(T, nkv, hd)
-        v = self._linear(w["v"], u).reshape(T, nkv, hd)
+        k, v = k.reshape(T, nkv, hd), v.reshape(T, nkv, hd)
         q = self._rope(self._norm(q, w["q_norm"]), state.pos)
         k = self._rope(self._norm(k, w["k_norm"]), state.pos)
         keys, values = self._append_kv(state, i, k, v)  # (nkv, S, hd)
