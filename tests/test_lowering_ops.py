@@ -327,3 +327,40 @@ def test_funnel_shifts_and_votes_in_divergent_code(compiler):
     b = [rng.choice([rng.getrandbits(32), rng.randint(0, 70)]) for _ in range(n)]
     a[4:8] = [1, 3, 5, 7]          # one warp where every lane votes "all"
     check(run_ops(FUNNEL_VOTE, compiler, a, b, 4), ref_funnel_vote(a, b, n), a, b)
+
+
+WIDE_DIV = r"""
+__device__ __forceinline__ long long mulhi64(long long a, long long b) { long long r; asm("mul.hi.s64 %0, %1, %2;" : "=l"(r) : "l"(a), "l"(b)); return r; }
+__device__ __forceinline__ unsigned long long umulhi64(unsigned long long a, unsigned long long b) { unsigned long long r; asm("mul.hi.u64 %0, %1, %2;" : "=l"(r) : "l"(a), "l"(b)); return r; }
+__global__ void wdiv(const int *a, const int *b, int *o, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  long long x = (long long)a[i] * 1000 + b[i], y = (long long)b[i] * (b[i] & 0xFFFF) + 1;
+  unsigned long long u = (unsigned long long)(unsigned)a[i] * (unsigned)b[i];
+  o[0 * n + i] = (int)(x / 1000003);
+  o[1 * n + i] = (int)(x % 1000003);
+  o[2 * n + i] = (int)(u / 7777777ull) ^ (int)(u % 10u);
+  o[3 * n + i] = (int)((x / y) >> 1) + (int)(x % y);
+  o[4 * n + i] = (int)(mulhi64(x, y) >> 3) ^ (int)(umulhi64(u, 0x9E3779B97F4A7C15ull) >> 5);
+  o[5 * n + i] = (int)((u / (unsigned long long)(unsigned)(a[i] | 1)) >> 7);
+}
+"""
+
+
+def ref_wide_div(x0, y0):
+    x, y = x0 * 1000 + y0, y0 * (y0 & 0xFFFF) + 1
+    u = (x0 & M32) * (y0 & M32)
+    mulhi = ((x * y) >> 64) >> 3
+    umulhi = ((u * 0x9E3779B97F4A7C15) >> 64) >> 5
+    return [s32(tdiv(x, 1000003)), s32(x - tdiv(x, 1000003) * 1000003), s32(u // 7777777) ^ s32(u % 10),
+            s32(s32(tdiv(x, y) >> 1) + s32(x - tdiv(x, y) * y)), s32(mulhi) ^ s32(umulhi),
+            s32((u // ((x0 | 1) & M32)) >> 7)]
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_64_bit_division_and_mul_hi(compiler):
+    rng = random.Random(8)
+    a, b = rand_s32(rng, 40, small=True), rand_s32(rng, 40, small=True)
+    b = [y if (y * (y & 0xFFFF) + 1) else 3 for y in b]
+    want = list(map(list, zip(*[ref_wide_div(x, y) for x, y in zip(a, b)])))
+    check(run_ops(WIDE_DIV, compiler, a, b, 6), want, a, b)

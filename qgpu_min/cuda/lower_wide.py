@@ -2,10 +2,11 @@
 (%rd, %rd^) holding its low and high words. Dead-code removal drops high words nobody reads (address
 arithmetic only ever needs the low word, since memory is 4 KiB).
 
-Supported on 64-bit types: add, sub, mul.lo, mad.lo, mul.wide/mad.wide (from 32-bit sources), and, or,
-xor, not, neg, abs, min, max, shl, shr (constant or variable amounts, clamped as PTX), setp, selp, mov
-(including {lo, hi} packing), cvt, cvta, ld/st (two words) and 64-bit parameters. Not: div/rem,
-mul.hi, popc/clz/brev/bfind, atomics on 64-bit words.
+Supported on 64-bit types: add, sub, mul.lo, mul.hi, mad, mul.wide/mad.wide (from 32-bit sources),
+div/rem (a 64-step shift-subtract loop, same zero-divisor results as 32-bit), and, or, xor, not, neg,
+abs, min, max, shl, shr (constant or variable amounts, clamped as PTX), setp, selp, mov (including
+{lo, hi} packing), cvt, cvta, ld/st (two words) and 64-bit parameters. Not: popc/clz/brev/bfind,
+atomics on 64-bit words.
 """
 from __future__ import annotations
 
@@ -64,6 +65,32 @@ class WideOps:
             self.emit("ADD", h, h, t)
         return lo, h
 
+    def acc(self, total: str, carry: str, x) -> None:
+        """total += x, carry += the carry out of that addition."""
+        self.alu("ADD", total, total, x)
+        c = self.alu("SLTU", self.tmp(), total, x)
+        self.emit("ADD", carry, carry, c)
+
+    def mulhi64(self, kind: str, a: tuple, b: tuple) -> tuple[str, str]:
+        """High 64 bits of the 128-bit product, from 32-bit limb products."""
+        a = (self.reg(a[0]), self.reg(a[1]))
+        b = (self.reg(b[0]), self.reg(b[1]))
+        lo = {(i, j): self.emit("MUL", self.tmp(), a[i], b[j]) for i in (0, 1) for j in (0, 1) if i + j}
+        hi_ = {(i, j): self.emit("MULHU", self.tmp(), a[i], b[j]) for i in (0, 1) for j in (0, 1)}
+        limb1, c1 = self.emit("ADD", self.tmp(), hi_[0, 0], 0), self.emit("ADD", self.tmp(), RZ, 0)
+        self.acc(limb1, c1, lo[0, 1])
+        self.acc(limb1, c1, lo[1, 0])
+        limb2, c2 = self.emit("ADD", self.tmp(), c1, 0), self.emit("ADD", self.tmp(), RZ, 0)
+        for x in (hi_[0, 1], hi_[1, 0], lo[1, 1]):
+            self.acc(limb2, c2, x)
+        limb3 = self.emit("ADD", self.tmp(), hi_[1, 1], c2)
+        r = (limb2, limb3)
+        if kind == "s":         # signed: subtract b where a < 0 and a where b < 0
+            for x, y in ((a, b), (b, a)):
+                s = self.emit("SRA", self.tmp(), x[1], 31)
+                r = self.sub64(r, (self.emit("AND", self.tmp(), y[0], s), self.emit("AND", self.tmp(), y[1], s)))
+        return r
+
     def wide_mul(self, kind: str, a, b) -> tuple[str, str]:
         """mul.wide.{s,u}32: the full 64-bit product of two 32-bit values."""
         lo = self.alu("MUL", self.tmp(), a, b)
@@ -82,9 +109,7 @@ class WideOps:
         elif op == "sub":
             r = self.sub64(a, b)
         elif op in ("mul", "mad"):
-            if "hi" in ins.mods:
-                raise self.err("64-bit mul.hi is not supported")
-            r = self.mul64(a, b)
+            r = self.mulhi64(ins.mods[-1][0], a, b) if "hi" in ins.mods else self.mul64(a, b)
             if op == "mad":
                 r = self.add64(r, self.src2(ins.operands[3]))
         else:
@@ -103,6 +128,51 @@ class WideOps:
             x = (self.alu("XOR", self.tmp(), a[0], s), self.alu("XOR", self.tmp(), a[1], s))
             r = self.sub64(x, (s, s))
         self.set2(d, *r)
+
+    def abs64(self, x: tuple) -> tuple[tuple, str]:
+        """(|x|, sign mask of x)."""
+        s = self.emit("SRA", self.tmp(), self.reg(x[1]), 31)
+        y = (self.alu("XOR", self.tmp(), x[0], s), self.alu("XOR", self.tmp(), x[1], s))
+        return self.sub64(y, (s, s)), s
+
+    def divmod64(self, n: tuple, d: tuple, signed: bool) -> tuple[tuple, tuple]:
+        """(quotient, remainder) by a 64-iteration shift-subtract loop."""
+        if signed:
+            (an, sn), (ad, sd) = self.abs64(n), self.abs64(d)
+            q, r = self.divmod64(an, ad, False)
+            sq = self.emit("XOR", self.tmp(), sn, sd)
+            return self.sub64(tuple(self.emit("XOR", self.tmp(), x, sq) for x in q), (sq, sq)), \
+                self.sub64(tuple(self.emit("XOR", self.tmp(), x, sn) for x in r), (sn, sn))
+        d = (self.reg(d[0]), self.reg(d[1]))
+        q = [self.alu("ADD", self.tmp(), n[0], 0), self.alu("ADD", self.tmp(), n[1], 0)]
+        r = [self.emit("ADD", self.tmp(), RZ, 0), self.emit("ADD", self.tmp(), RZ, 0)]
+        i = self.emit("ADD", self.tmp(), RZ, 64)
+        loop, done = self.new_label(), self.new_label()
+        self.jmp(loop)
+        self.label(loop)
+        top = self.emit("SHR", self.tmp(), r[1], 31)
+        t = self.tmp()
+        for hi_w, lo_w in ((r[1], r[0]), (r[0], q[1]), (q[1], q[0])):    # shift {r:q} left by one
+            self.emit("SHL", hi_w, hi_w, 1)
+            self.emit("SHR", t, lo_w, 31)
+            self.emit("OR", hi_w, hi_w, t)
+        self.emit("SHL", q[0], q[0], 1)
+        ge = self.compare64("ls", "u", d, tuple(r))
+        self.emit("OR", ge, ge, top)
+        sub = (self.emit("SEL", self.tmp(), ge, d[0], c=RZ), self.emit("SEL", self.tmp(), ge, d[1], c=RZ))
+        nr = self.sub64(tuple(r), sub)
+        self.mov(r[0], nr[0])
+        self.mov(r[1], nr[1])
+        self.emit("OR", q[0], q[0], ge)
+        self.emit("SUB", i, i, 1)
+        self.br(i, loop, done)
+        self.label(done)
+        return tuple(q), tuple(r)
+
+    def w_divrem(self, ins: Instr) -> None:
+        d = self.dst2(ins.operands[0])
+        q, r = self.divmod64(self.src2(ins.operands[1]), self.src2(ins.operands[2]), ins.mods[-1][0] == "s")
+        self.set2(d, *(q if ins.opcode == "div" else r))
 
     # ---- compares -------------------------------------------------------------------------
     def compare64(self, cmp: str, kind: str, a: tuple, b: tuple) -> str:
