@@ -560,6 +560,24 @@ def _broadcast_expect(a, s):
     return {1: np.repeat(per_block(a[0], s)[:, -1], s.bsize)}
 
 
+def _warp_2d_make(rng, shape):
+    w = shape.grid[0] * 2 - int(rng.integers(0, 2))
+    h = shape.grid[1] * shape.block[1] - int(rng.integers(0, 2))
+    return [ints(rng, w * h), ints(rng, w * h), ints(rng, w * h), w, h]
+
+
+def _warp_2d_expect(a, s):
+    """Blocks are 2 wide: a warp is two consecutive rows of a block's 2-column tile."""
+    w, h = a[3], a[4]
+    gw, gh = s.grid[0] * 2, s.grid[1] * s.block[1]
+    m = np.zeros((gh, gw), dtype=np.int64)
+    m[:h, :w] = a[0].reshape(h, w)
+    tiles = m.reshape(gh // 2, 2, gw // 2, 2)  # (row pair, row, column pair, column)
+    warp = np.broadcast_to(tiles.sum(axis=(1, 3), keepdims=True), tiles.shape).reshape(gh, gw)
+    row = np.broadcast_to(tiles.sum(axis=3, keepdims=True), tiles.shape).reshape(gh, gw)
+    return {1: s32(warp[:h, :w]).ravel(), 2: s32(row[:h, :w]).ravel()}
+
+
 def gen(lo: int = I32_MIN, hi: int = I32_MAX, *edges: int) -> Callable:
     """An input generator (rng, n) -> array: ints in [lo, hi] with edge values."""
     return lambda rng, n: ints(rng, n, lo, hi, edges)
@@ -750,6 +768,8 @@ CASES: tuple[Case, ...] = (
                                           for blk in per_block(a[0], s)])}),
     Case("shared_broadcast.cu", None, ANY_1D, lambda r, s: [ints(r, s.threads), ints(r, s.threads)],
          _broadcast_expect),
+    Case("warp_2d.cu", None, (S((2, 1), (2, 4)), S((1, 1), (2, 2)), S((3, 2), (2, 6)), S((1, 2), (2, 16))),
+         _warp_2d_make, _warp_2d_expect),
     Case("nested_loops.cu", None, (S(2, 4), S(1, 1), S(1, 3), S(1, 8), S(2, 7)), arrays(I, outs=1),
          lambda a, s: {1: s32(np.convolve(a[0], np.arange(1, a[2] + 1))[: a[2]])}),
 )
