@@ -44,34 +44,56 @@ def token_rows(p: Plan, toks: CircuitTokens) -> np.ndarray:
     return embedding_rows(p, toks.fields)
 
 
+CHUNK = 16384  # text rows per step: the real vocabulary (248k x 2048) never needs float64 copies whole
+
+
 def normalised_text_rows(embed_bits: np.ndarray, eps: float) -> np.ndarray:
     """What a circuit sublayer (RMSNorm with neutral weight) sees for each text token, f32 [V, hidden]."""
-    e = bf16_to_f32(np.asarray(embed_bits))
-    return (e / np.sqrt(np.mean(e.astype(np.float64) ** 2, axis=1, keepdims=True) + eps)).astype(np.float32)
+    out = np.empty(embed_bits.shape, np.float32)
+    for i in range(0, len(out), CHUNK):
+        e = bf16_to_f32(np.asarray(embed_bits[i:i + CHUNK]))
+        ms = np.mean(e.astype(np.float64) ** 2, axis=1, keepdims=True)
+        out[i:i + CHUNK] = e / np.sqrt(ms + eps)
+    return out
+
+
+def _chunks(X: np.ndarray, cols: list[int]):
+    for i in range(0, len(X), CHUNK):
+        yield X[i:i + CHUNK, cols].astype(np.float64)
 
 
 def find_text_gate(text_rows: np.ndarray, free_dims: list[int], hidden: int) -> Mute:
-    """lam on free_dims with lam . u <= -tau < 0 for every normalised text row u (least squares towards
-    lam . u = -1, then a few perceptron passes over violated rows)."""
+    """lam on free_dims with lam . u <= -tau < 0 for every normalised text row u: the least-squares
+    solution of lam . u = -1 (through the normal equations, in row chunks), then perceptron passes over
+    the rows it still misses."""
     if not free_dims:
         raise CircuitError("no residual dims left outside the circuit for the text gate")
-    X = text_rows[:, free_dims].astype(np.float64)
-    lam, *_ = np.linalg.lstsq(X, -np.ones(len(X)), rcond=None)
+    n = len(free_dims)
+    G, r = np.zeros((n, n)), np.zeros(n)
+    for X in _chunks(text_rows, free_dims):
+        G += X.T @ X
+        r += X.sum(axis=0)
+    lam = -np.linalg.lstsq(G, r, rcond=None)[0]
     for _ in range(200):
-        s = X @ lam
-        bad = s > -0.5
-        if not bad.any():
+        push, bad = np.zeros(n), 0
+        for X in _chunks(text_rows, free_dims):
+            miss = X @ lam > -0.5
+            push += X[miss].sum(axis=0)
+            bad += int(miss.sum())
+        if not bad:
             break
-        lam -= 0.1 * X[bad].sum(axis=0) / max(1, bad.sum())
-    tau = float(-(X @ lam).max())
+        lam -= 0.1 * push / bad
+    tau = -max(float((X @ lam).max()) for X in _chunks(text_rows, free_dims))
     if tau <= 0:
-        raise CircuitError(f"no text gate: the {len(X)} text embeddings do not lie in an open half-space of the "
-                           f"{len(free_dims)} dims the circuit leaves free (best margin {tau:.3g}); text tokens "
+        raise CircuitError(f"no text gate: the {len(text_rows)} text embeddings do not lie in an open half-space "
+                           f"of the {n} dims that are zero on circuit tokens (best margin {tau:.3g}); text tokens "
                            "cannot be made exactly silent with this circuit layout")
     full = np.zeros(hidden)
     full[free_dims] = lam
-    return Mute(full, tau, np.abs(text_rows).max(axis=0).astype(np.float64))
-
+    max_abs = np.zeros(hidden)
+    for i in range(0, len(text_rows), CHUNK):
+        max_abs = np.maximum(max_abs, np.abs(text_rows[i:i + CHUNK]).max(axis=0))
+    return Mute(full, tau, max_abs)
 
 
 def text_gates(p: Plan, text_rows: np.ndarray) -> dict:
