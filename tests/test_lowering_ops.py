@@ -364,3 +364,36 @@ def test_64_bit_division_and_mul_hi(compiler):
     b = [y if (y * (y & 0xFFFF) + 1) else 3 for y in b]
     want = list(map(list, zip(*[ref_wide_div(x, y) for x, y in zip(a, b)])))
     check(run_ops(WIDE_DIV, compiler, a, b, 6), want, a, b)
+
+
+LLBITS = r"""
+__device__ __forceinline__ unsigned long long bfi64(unsigned long long f, unsigned long long b) { unsigned long long r; asm("bfi.b64 %0, %1, %2, 28, 9;" : "=l"(r) : "l"(f), "l"(b)); return r; }
+__global__ void llbits(const int *a, const int *b, int *o, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  unsigned long long x = ((unsigned long long)(unsigned)a[i] << 32) | (unsigned)b[i];
+  o[0 * n + i] = __popcll(x) + (__clzll(x) << 8) + (__ffsll(x) << 16);
+  o[1 * n + i] = (int)(__brevll(x) >> 16);
+  unsigned long long y = bfi64(x, ~x);
+  o[2 * n + i] = (int)(y >> 20) ^ (int)y;
+}
+"""
+
+
+def ref_llbits(x0, y0):
+    x = ((x0 & M32) << 32) | (y0 & M32)
+    clz64 = 64 - x.bit_length()
+    ffs64 = (x & -x).bit_length()
+    brev = int(f"{x:064b}"[::-1], 2)
+    mask = ((1 << 9) - 1) << 28
+    y = ((~x & (2 ** 64 - 1)) & ~mask) | ((x << 28) & mask)
+    return [bin(x).count("1") + (clz64 << 8) + (ffs64 << 16), s32(brev >> 16), s32((y >> 20) ^ y)]
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_64_bit_bit_counts(compiler):
+    rng = random.Random(9)
+    a, b = rand_s32(rng, 40), rand_s32(rng, 40)
+    a[:3], b[:3] = [0, 0, 1], [0, 5, 0]
+    want = list(map(list, zip(*[ref_llbits(x, y) for x, y in zip(a, b)])))
+    check(run_ops(LLBITS, compiler, a, b, 3), want, a, b)

@@ -32,8 +32,8 @@ NOPS = {"membar", "fence", "pmevent", "prefetch", "prefetchu"}
 WIDE = {"add": "w_binop", "sub": "w_binop", "mul": "w_binop", "mad": "w_binop", "and": "w_binop",
         "or": "w_binop", "xor": "w_binop", "not": "w_unary", "neg": "w_unary", "abs": "w_unary",
         "min": "w_minmax", "max": "w_minmax", "selp": "w_selp", "shl": "w_shl", "shr": "w_shr",
-        "div": "w_divrem", "rem": "w_divrem", "popc": None, "clz": None, "brev": None, "bfind": None, "bfe": None,
-        "bfi": None, "atom": None, "red": None, "cnot": None, "slct": None}
+        "div": "w_divrem", "rem": "w_divrem", "popc": "w_popc", "clz": "w_clz", "brev": "w_brev", "bfind": None,
+        "bfe": None, "bfi": "w_bfi", "atom": None, "red": None, "cnot": None, "slct": None}
 
 
 @dataclass

@@ -5,11 +5,12 @@ arithmetic only ever needs the low word, since memory is 4 KiB).
 Supported on 64-bit types: add, sub, mul.lo, mul.hi, mad, mul.wide/mad.wide (from 32-bit sources),
 div/rem (a 64-step shift-subtract loop, same zero-divisor results as 32-bit), and, or, xor, not, neg,
 abs, min, max, shl, shr (constant or variable amounts, clamped as PTX), setp, selp, mov (including
-{lo, hi} packing), cvt, cvta, ld/st (two words) and 64-bit parameters. Not: popc/clz/brev/bfind,
-atomics on 64-bit words.
+{lo, hi} packing), cvt, cvta, ld/st (two words), popc, clz, brev, bfi (constant field) and 64-bit
+parameters. Not: bfind, bfe, atomics on 64-bit words.
 """
 from __future__ import annotations
 
+from .lower_arith import brev, clz, popc
 from .lower_ir import RZ
 from .ptx import Imm, Instr, Reg, SReg, Sym
 
@@ -207,6 +208,50 @@ class WideOps:
         a, b, p = self.src2(ins.operands[1]), self.src2(ins.operands[2]), self.rsrc(ins.operands[3])
         r = [self.emit("SEL", self.tmp(), p, a[i], c=self.reg(b[i])) for i in (0, 1)]
         self.set2(d, *r)
+
+    # ---- bit counts -----------------------------------------------------------------------
+    def w_popc(self, ins: Instr) -> None:
+        a = self.src2(ins.operands[1])
+        self.emit("ADD", self.dst(ins.operands[0]), popc(self, self.reg(a[0])), popc(self, self.reg(a[1])))
+
+    def w_clz(self, ins: Instr) -> None:
+        a = self.src2(ins.operands[1])
+        lo = self.emit("ADD", self.tmp(), clz(self, self.reg(a[0])), 32)
+        z = self.alu("SEQ", self.tmp(), a[1], 0)
+        self.emit("SEL", self.dst(ins.operands[0]), z, lo, c=clz(self, self.reg(a[1])))
+
+    def w_brev(self, ins: Instr) -> None:
+        a = self.src2(ins.operands[1])
+        self.set2(self.dst2(ins.operands[0]), brev(self, self.reg(a[1])), brev(self, self.reg(a[0])))
+
+    def w_bfi(self, ins: Instr) -> None:
+        d, f, b, pos, ln = ins.operands[:5]
+        pos, ln = self.src(pos), self.src(ln)
+        if not isinstance(pos, int) or not isinstance(ln, int):
+            raise self.err("bfi is supported with constant position and length")
+        pos, ln = pos & 255, ln & 255
+        mask = (((1 << min(ln, 64)) - 1) << pos) & (2 ** 64 - 1) if pos < 64 else 0
+        b = self.src2(b)
+        field = self.shl64_const(self.src2(f), pos) if mask else (RZ, RZ)     # the field bits: f << pos
+        r = []
+        for k in (0, 1):
+            m = (mask >> 32 * k) & M32
+            t = self.alu("AND", self.tmp(), field[k], m) if m else RZ
+            u = self.alu("AND", self.tmp(), b[k], ~m & M32)
+            r.append(self.emit("OR", self.tmp(), u, t))
+        self.set2(self.dst2(d), *r)
+
+    def shl64_const(self, a: tuple, n: int) -> tuple:
+        a = (self.reg(a[0]), self.reg(a[1]))
+        if n == 0:
+            return a
+        if n >= 64:
+            return RZ, RZ
+        if n >= 32:
+            return RZ, self.emit("SHL", self.tmp(), a[0], n - 32)
+        return (self.emit("SHL", self.tmp(), a[0], n),
+                self.emit("OR", self.tmp(), self.emit("SHL", self.tmp(), a[1], n),
+                          self.emit("SHR", self.tmp(), a[0], 32 - n)))
 
     # ---- shifts ---------------------------------------------------------------------------
     def w_shl(self, ins: Instr) -> None:
