@@ -67,6 +67,16 @@ def test_matmul_example_2d_block() -> None:
     assert "C = [58, 64, 139, 154]" in r.stdout.splitlines()
 
 
+def test_2d_grid_json() -> None:
+    """index_2d writes x*100 + y - gridDim.x*blockDim.y at (x, y) of a w x h matrix."""
+    r = qgpu("run", str(ROOT / "tests" / "kernels" / "index_2d.cu"), "--arg", "zeros(12)", "--arg", "4",
+             "--arg", "3", "--grid", "2,2", "--block", "2,2", "--json")
+    assert r.exit_code == 0, r.output
+    obj = json.loads(r.stdout)
+    assert obj["grid"] == [2, 2] and obj["block"] == [2, 2]
+    assert obj["arrays"]["out"] == [x * 100 + y - 4 for y in range(3) for x in range(4)]
+
+
 @pytest.mark.parametrize("example, args, line", [
     ("saxpy.cu", ["4", "3", "[1,2,3,4]", "[10,20,30,40]"], "y = [13, 26, 39, 52]"),
     ("reduce.cu", ["[3,1,4,1,5,9,2,6,5,3]", "zeros(1)", "10", "--block", "8", "--grid", "2"], "total = [39]"),
