@@ -354,3 +354,36 @@ def test_extern_shared_memory_and_64_bit_arrays(compiler):
     r = launch(k, [a, [0] * n, [0] * n, n], block=n)
     assert r.arrays["o"].tolist() == [a[(t + 1) % n] + 2 * a[(t - 1) % n] for t in range(n)]
     assert r.arrays["sq"].tolist() == [x ** 3 for x in a]
+
+
+ATOM64 = r"""
+#ifdef __clang__
+#define ADD64(p, v) __nvvm_atom_add_gen_ll((long long *)(p), (long long)(v))
+#define MAX64(p, v) __nvvm_atom_max_gen_ll((p), (v))
+#define CAS64(p, c, v) __nvvm_atom_cas_gen_ll((long long *)(p), (long long)(c), (long long)(v))
+#else
+#define ADD64(p, v) atomicAdd((p), (v))
+#define MAX64(p, v) atomicMax((p), (v))
+#define CAS64(p, c, v) atomicCAS((p), (c), (v))
+#endif
+__global__ void atom64(const int *a, unsigned long long *sum, long long *mx, unsigned long long *cas, int *old, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  ADD64(sum, (unsigned long long)(unsigned)a[i] * 3000000000ull);
+  MAX64(mx, (long long)a[i] * -5000000000ll);
+  old[i] = (int)(CAS64(cas, (unsigned long long)i, (unsigned long long)i + 1) >> 0);
+}
+"""
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_64_bit_atomics_serialize_lanes(compiler):
+    k = compile_kernel(ATOM64, compiler=compiler)
+    a = [7, -3, 1000, 2 ** 31 - 1, -2 ** 31, 5, 0, 9, 11]
+    n = len(a)
+    r = launch(k, [a, [0], [-(2 ** 31)], [0], [0] * n, n], grid=3, block=3)
+    assert r.arrays["sum"].tolist() == [sum((x & 0xFFFFFFFF) * 3000000000 for x in a) % 2 ** 64]
+    w64 = lambda v: (v + 2 ** 63) % 2 ** 64 - 2 ** 63
+    assert r.arrays["mx"].tolist() == [max([-(2 ** 31)] + [w64(x * -5000000000) for x in a])]
+    assert r.arrays["cas"].tolist() == [n]               # threads in order: i succeeds when cas == i
+    assert r.arrays["old"].tolist() == list(range(n))

@@ -1,6 +1,7 @@
 """Memory and warp instructions: ld/st (incl. parameters), atomics, shuffles, votes."""
 from __future__ import annotations
 
+from ..machine.isa import LANES, SPECIAL
 from .lower_ir import RZ, V, instr_type
 from .lower_wide import hi
 from .ptx import Instr, Mem, Pair, Reg, Sym, Vec, type_width
@@ -94,11 +95,14 @@ class MemOps:
 
     def _atom(self, ins: Instr, returns: bool) -> None:
         kind, w = instr_type(ins)
-        if w != 32:
-            raise self.err("atomics are supported on 32-bit integers")
         op = next((ATOM_KIND[m] for m in ins.mods if m in ATOM_KIND), None)
         if op is None:
             raise self.err("unknown atomic operation")
+        if w == 64:
+            self._atom64(ins, op, kind, returns)
+            return
+        if w != 32:
+            raise self.err("atomics are supported on 32- and 64-bit integers")
         if op in ("MIN", "MAX") and kind == "u":
             op += "U"
         ops = ins.operands
@@ -108,6 +112,49 @@ class MemOps:
         b = self.rsrc(rest[0])
         c = self.rsrc(rest[1]) if op == "CAS" else RZ
         self.out.append(V("ATOM." + op, d, base, b, c, imm=self._imm(off), line=self.line))
+
+    def _atom64(self, ins: Instr, op: str, kind: str, returns: bool) -> None:
+        """A 64-bit atomic as a read-modify-write of two words, one lane at a time. Atomic because a
+        warp keeps the machine until it reaches a barrier or exits (isa: scheduling)."""
+        if op in ("INC", "DEC"):
+            raise self.err("64-bit atomic inc/dec is not supported")
+        ops = ins.operands
+        d = self.dst2(ops[0]) if returns else None
+        m, rest = (ops[1], ops[2:]) if returns else (ops[0], ops[1:])
+        base, off = self.address(m)
+        b = self.src2(rest[0])
+        c = self.src2(rest[1]) if op == "CAS" else None
+        lane = self.emit("S2R", self.tmp(), b=SPECIAL["laneid"])
+        k = self.emit("ADD", self.tmp(), RZ, 0)
+        loop, do, skip, done = (self.new_label() for _ in range(4))
+        self.label(loop)
+        mine = self.emit("SEQ", self.tmp(), lane, k)
+        self.br(mine, do, skip)
+        self.label(do)
+        old = (self.emit("LD", self.tmp(), base, off), self.emit("LD", self.tmp(), base, off + 4))
+        if op == "ADD":
+            new = self.add64(old, b)
+        elif op in ("AND", "OR", "XOR"):
+            new = tuple(self.alu(op, self.tmp(), old[i], b[i]) for i in (0, 1))
+        elif op == "EXCH":
+            new = b
+        elif op == "CAS":
+            eq = self.compare64("eq", "u", old, b)
+            new = tuple(self.emit("SEL", self.tmp(), eq, c[i], c=old[i]) for i in (0, 1))
+        else:       # MIN / MAX
+            lt = self.compare64("lt", kind, old, b)
+            keep_old = lt if op == "MIN" else self.emit("XOR", self.tmp(), lt, 1)
+            new = tuple(self.emit("SEL", self.tmp(), keep_old, old[i], c=self.reg(b[i])) for i in (0, 1))
+        for i in (0, 1):
+            self.out.append(V("ST", RZ, base, self.reg(new[i]), imm=self._imm(off + 4 * i), line=self.line))
+        if d is not None:
+            self.set2(d, *old)
+        self.jmp(skip)
+        self.label(skip)
+        self.emit("ADD", k, k, 1)
+        more = self.emit("SLTU", self.tmp(), k, LANES)
+        self.br(more, loop, done)
+        self.label(done)
 
     def op_atom(self, ins):
         self._atom(ins, True)

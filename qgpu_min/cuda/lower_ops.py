@@ -33,7 +33,7 @@ WIDE = {"add": "w_binop", "sub": "w_binop", "mul": "w_binop", "mad": "w_binop", 
         "or": "w_binop", "xor": "w_binop", "not": "w_unary", "neg": "w_unary", "abs": "w_unary",
         "min": "w_minmax", "max": "w_minmax", "selp": "w_selp", "shl": "w_shl", "shr": "w_shr",
         "div": "w_divrem", "rem": "w_divrem", "popc": "w_popc", "clz": "w_clz", "brev": "w_brev", "bfind": None,
-        "bfe": None, "bfi": "w_bfi", "atom": None, "red": None, "cnot": None, "slct": None}
+        "bfe": None, "bfi": "w_bfi", "cnot": None, "slct": None}
 
 
 @dataclass

@@ -6,7 +6,7 @@ Supported on 64-bit types: add, sub, mul.lo, mul.hi, mad, mul.wide/mad.wide (fro
 div/rem (a 64-step shift-subtract loop, same zero-divisor results as 32-bit), and, or, xor, not, neg,
 abs, min, max, shl, shr (constant or variable amounts, clamped as PTX), setp, selp, mov (including
 {lo, hi} packing), cvt, cvta, ld/st (two words), popc, clz, brev, bfi (constant field) and 64-bit
-parameters. Not: bfind, bfe, atomics on 64-bit words.
+parameters; atomics (lower_mem: one lane at a time). Not: bfind, bfe, atomic inc/dec.
 """
 from __future__ import annotations
 
