@@ -99,3 +99,15 @@ def test_text_tokens_do_not_touch_circuit_memory(built, model):
     assert all(np.array_equal(before[i], state.recurrent[i]) for i in range(b.n_layers))
     nxt = demos.run_tokens(m, state, [b.base_vocab + b.demo.tokens.index("READ_2")])
     assert b.demo.tokens.names[nxt - b.base_vocab] == "OUT0_205"  # 0xABCD & 255, after the text
+
+
+def test_output_code_wins_by_a_wide_margin(built, model):
+    """The intended token beats every other circuit token by whole logits and every text token by far."""
+    _, b = built
+    _, m = model
+    names = ["BEGIN"] + demos.word_tokens(0xDEADBEEF, 0) + demos.word_tokens(5, 4) + ["ALU_add"]
+    logits = m.prefill(m.new_state(), [b.base_vocab + b.demo.tokens.index(n) for n in names])
+    order = np.argsort(logits)[::-1]
+    assert b.demo.tokens.names[order[0] - b.base_vocab] == "OUT0_244"  # 0xDEADBEEF + 5 = ...f4
+    assert logits[order[0]] - logits[order[1]] > 10
+    assert logits[order[0]] - logits[:b.base_vocab].max() > 100
