@@ -387,3 +387,34 @@ def test_64_bit_atomics_serialize_lanes(compiler):
     assert r.arrays["mx"].tolist() == [max([-(2 ** 31)] + [w64(x * -5000000000) for x in a])]
     assert r.arrays["cas"].tolist() == [n]               # threads in order: i succeeds when cas == i
     assert r.arrays["old"].tolist() == list(range(n))
+
+
+CALL_LOCAL = r"""
+__device__ __noinline__ int pick(const int *a, int n, int k) {
+  int buf[8];
+  for (int j = 0; j < 8; j++) buf[j] = a[(j * 3 + k) % n];
+  int s = 0;
+  for (int j = 0; j < 8; j++) s += buf[(j + a[k % n]) & 7] * (j + 1);
+  return s;
+}
+__global__ void cl(const int *a, int *o, int n) {
+  int t = threadIdx.x;
+  int loc[4];
+  for (int j = 0; j < 4; j++) loc[j] = a[(t + j) % n];
+  o[t] = pick(a, n, t) + loc[a[t] & 3];
+}
+"""
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_called_function_with_its_own_local_array(compiler):
+    a = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]
+    n = len(a)
+
+    def pick(k):
+        buf = [a[(j * 3 + k) % n] for j in range(8)]
+        return sum(buf[(j + a[k % n]) & 7] * (j + 1) for j in range(8))
+
+    k = compile_kernel(CALL_LOCAL, compiler=compiler)
+    r = launch(k, [a, [0] * 6, n], block=6)
+    assert r.arrays["o"].tolist() == [pick(t) + a[(t + (a[t] & 3)) % n] for t in range(6)]

@@ -194,13 +194,13 @@ class Lowerer(WideOps, BitOps, MemOps):
 
     # ---- driver -------------------------------------------------------------------------
     def lower_kernel(self) -> list[V]:
-        self.body(Scope(self.kernel, ""), depth=0)
+        self.body(Scope(self.kernel, ""))
         for v in self.out:
             if set(v.uses()) & self.shfl_preds:
                 raise LoweringError(f"the predicate result of a shuffle is not supported (PTX line {v.line})")
         return self.out
 
-    def body(self, scope: Scope, depth: int) -> None:
+    def body(self, scope: Scope) -> None:
         outer = self.scope
         self.scope = scope
         for item in scope.fn.body:
@@ -322,8 +322,12 @@ class Lowerer(WideOps, BitOps, MemOps):
         depth = self.scope.prefix.count("@")
         if depth >= self.max_depth:
             raise self.err(f"calls nested deeper than {self.max_depth} (recursion?) cannot be inlined")
-        if callee.decls and any(d.space == "local" for d in callee.decls):
-            raise self.err(f"{callee.name} uses a .local frame; only the kernel's own frame is supported")
+        lay = self.layout
+        for decl in callee.decls:   # the callee's .local variables join the thread's frame
+            if decl.space == "local" and decl.name not in lay.local_depot:
+                start = -(-lay.frame_bytes // max(decl.align, 4)) * max(decl.align, 4)
+                lay.local_depot[decl.name] = start
+                lay.frame_bytes = lay.local_bytes = -(-(start + decl.elem_bytes * decl.count) // 4) * 4
         self.n_calls += 1
         scope = Scope(callee, f"@{self.n_calls}{self.scope.prefix}")
         for p, a in zip(callee.params, args.items):
@@ -332,7 +336,7 @@ class Lowerer(WideOps, BitOps, MemOps):
             for p, a in zip(callee.returns, ret.items):
                 scope.alias[p.name] = a.name + self.scope.prefix
         scope.ret_label = self.new_label()
-        self.body(scope, depth + 1)
+        self.body(scope)
         self.ins, self.line = ins, ins.line
         self.label(scope.ret_label)
 
@@ -346,8 +350,8 @@ class Lowerer(WideOps, BitOps, MemOps):
                 return
             if w == 32 and len(s.items) == 2:
                 lo = self.ext(self.src(s.items[0]), "u", 16)
-                hi = self.alu("SHL", self.tmp(), self.src(s.items[1]), 16)
-                self.alu("OR", self.dst(d), lo, hi)
+                top = self.alu("SHL", self.tmp(), self.src(s.items[1]), 16)
+                self.alu("OR", self.dst(d), lo, top)
                 return
             raise self.err("vector packing of this shape is not supported")
         if isinstance(d, Vec):              # unpack
