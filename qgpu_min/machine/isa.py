@@ -87,7 +87,8 @@ Encoding
 Instruction word: bits 0-5 opcode (``OPCODES`` index), 6-9 rd, 10-13 ra, 14-17 rb, 18-21 rc,
 22 bimm, 23-31 zero, 32-63 imm (two's complement). Terminator word: bits 0-1 kind (0 JMP, 1 BR,
 2 BAR, 3 EXIT), 2-5 ra, 8-15 taken target, 16-23 not-taken target. Mask word: bits 0-14 live_in,
-16-30 live_out. ``decode`` inverts ``encode`` exactly.
+16-30 live_out. ``decode`` inverts ``encode`` exactly. Kernel parameters are immediates: the launch
+writes each argument into the slots listed in ``Program.param_slots`` before encoding the ROM.
 """
 from __future__ import annotations
 
