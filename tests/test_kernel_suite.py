@@ -15,7 +15,6 @@ import pytest
 
 from kernel_suite import CASES, Case, Shape, Unordered, words
 from qgpu_min.cuda.compiler import CompilerNotFoundError, find_compiler
-from qgpu_min.cuda.lower_ir import LoweringError
 from qgpu_min.host.launch import compile_kernel, launch
 
 COMPILERS = ("zig", "nvcc")
@@ -25,8 +24,6 @@ CLANG14_BARRIER = ("clang 14 moves loads of a __shared__ variable above __syncth
                    "intrinsic is not treated as touching non-escaping shared globals), so the PTX itself is racy; "
                    "zig clang 22 and nvcc are right. Fix: a barrier with a memory clobber in the prelude")
 KNOWN_GAPS = {
-    "wide_divide": ("64-bit division by a constant compiles to mul.hi.s64, which the lowering does not expand yet",
-                    LoweringError, None),
     "radix_sort": (CLANG14_BARRIER, AssertionError, ("clang",)),
     "shared_broadcast": (CLANG14_BARRIER, AssertionError, ("clang",)),
 }
