@@ -76,3 +76,17 @@ def test_wrong_dtypes_are_errors():
     with pytest.raises(BF16Error, match="float32"):
         f32_to_bf16(np.zeros(3, dtype=np.float64))
     assert issubclass(BF16Error, QgpuError)
+
+
+def test_round_bf16_equals_the_conversion_round_trip_on_every_kind_of_bit_pattern():
+    rng = np.random.default_rng(7)
+    bits = rng.integers(0, 2**32, size=200_000, dtype=np.uint64).astype(np.uint32)
+    # zeros, infinities, NaNs (quiet, signalling, negative), the largest finite values, exact ties
+    bits[:12] = [0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFFFFFFF,
+                 0x7F7FFFFF, 0x7F800001, 0x00008000, 0x00018000, 0x3F808000, 0x7FBFFFFF]
+    x = bits.view(np.float32).reshape(400, 500)[:, ::2]  # strided, 2-D
+    expected = bf16_to_f32(f32_to_bf16(np.ascontiguousarray(x)))
+    got = round_bf16(x)
+    assert got.shape == x.shape
+    assert np.array_equal(got.view(np.uint32), expected.view(np.uint32))
+    assert round_bf16(np.float32(1.00390625)).shape == ()
