@@ -34,6 +34,8 @@ def _propagate(ops: list[V]) -> None:
                 v.a, v.b, v.imm, v.bimm = v.b, RZ, _imm(known[v.a]), True
             if v.c in known and known[v.c] == 0:
                 v.c = RZ
+            if v.op in ("ADD", "OR", "XOR") and v.a == RZ and not v.bimm:    # 0 + x: a move, coalescable
+                v.a, v.b, v.imm, v.bimm = v.b, RZ, 0, True
         elif v.op in ADDRESSED and v.a in known and v.frame is None:
             v.imm, v.a = _imm(v.imm + known[v.a]), RZ
         for d in v.defs():
