@@ -20,13 +20,7 @@ from qgpu_min.host.launch import compile_kernel, launch
 COMPILERS = ("zig", "nvcc")
 # Kernels that cannot run exactly yet, by case id: (why, the failure expected, the compilers concerned
 # or None for all). Not strict, so a fix shows as XPASS; any other failure still fails.
-CLANG14_BARRIER = ("clang 14 moves loads of a __shared__ variable above __syncthreads() (its barrier "
-                   "intrinsic is not treated as touching non-escaping shared globals), so the PTX itself is racy; "
-                   "zig clang 22 and nvcc are right. Fix: a barrier with a memory clobber in the prelude")
-KNOWN_GAPS = {
-    "radix_sort": (CLANG14_BARRIER, AssertionError, ("clang",)),
-    "shared_broadcast": (CLANG14_BARRIER, AssertionError, ("clang",)),
-}
+KNOWN_GAPS: dict = {}  # none at present
 SLOW_COMPILERS = COMPILERS + (("clang",) if shutil.which("clang") or shutil.which("clang++") else ())
 
 

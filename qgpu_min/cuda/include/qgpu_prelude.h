@@ -89,7 +89,10 @@ QGPU_BUILTIN_VAR(__qgpu_gridDim_t, gridDim, nctaid);
 static constexpr int warpSize = 4;
 
 /* ---- barriers ---- */
-/* __syncthreads() is a clang builtin in CUDA mode (bar.sync 0). */
+/* clang's own __syncthreads builtin is not a compiler memory barrier in clang 14: it let loads of
+ * __shared__ variables move above it. An asm with a memory clobber pins every memory access in place. */
+QGPU_DEV void __qgpu_syncthreads(void) { asm volatile("bar.sync 0;" ::: "memory"); }
+#define __syncthreads() __qgpu_syncthreads()
 QGPU_DEV void __syncwarp(unsigned int mask = 0xffffffffu) { __nvvm_bar_warp_sync(mask); }
 QGPU_DEV void __threadfence_block(void) { __nvvm_membar_cta(); }
 QGPU_DEV void __threadfence(void) { __nvvm_membar_gl(); }
