@@ -32,8 +32,9 @@ def test_library_exact_through_forward_pass_many():
     _assert_all(check_library(4000, seed=4))
 
 
-def test_fused_alu_exact_in_two_layers():
-    results = check_alu(300, seed=7)
+@pytest.mark.parametrize("shifter", ["onehot", "barrel"])
+def test_fused_alu_exact_in_two_layers(shifter):
+    results = check_alu(300, seed=7, shifter=shifter)
     _assert_all(results)
     assert "in 2 layers" in results[0][0]
 
@@ -113,7 +114,7 @@ def test_budget_errors_name_the_limit():
     for g in lib.shift(c, a, b, "sra"):
         c.output(g)
     with pytest.raises(CircuitError, match="units; an MLP sublayer holds"):
-        plan(c, BaseShape(intermediate=20))
+        plan(c, BaseShape(intermediate=8))
     with pytest.raises(CircuitError, match="residual dims"):
         plan(c, BaseShape(hidden=100))
 

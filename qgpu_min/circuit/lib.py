@@ -192,22 +192,55 @@ def minmax(c: Circuit, a: Word, b: Word, signed: bool, want_max: bool, name: str
 
 # Shifts ------------------------------------------------------------------------------------------------
 
-def _shift_amount(c: Circuit, amt: Word, name: str) -> tuple[Group, Group]:
-    """(one-hot of amt mod 32, bit 'amt >= 32'). 1 MLP layer."""
+def _big_amount(c: Circuit, amt: Word, name: str) -> Group:
+    """The bit 'amt >= 32' (any of bits 5..31 set)."""
+    return step_gate(c, f"{name}.big", 2, 0, [(amt[i], 1, 1) for i in range(5, 32)], {1: [(1, 1)]})
+
+
+def _shift_source(kind: str, i: int, k: int) -> int | None:
+    """Which input bit lands on bit i after shifting by k (None: the fill; 31 for sra's sign fill)."""
+    src = i - k if kind == "shl" else i + k
+    if 0 <= src < 32:
+        return src
+    return 31 if kind == "sra" else None
+
+
+def _barrel_stage(word: Word, amt: Word, kind: str, i: int, lo: int, n: int, step: int) -> list[list[tuple[Group, int]]]:
+    """Minterms of bit i after shifting by step * (amount bits lo..lo+n-1)."""
+    minterms = []
+    for k in range(1 << n):
+        src = _shift_source(kind, i, step * k)
+        if src is not None:
+            minterms.append([(amt[lo + j], (k >> j) & 1) for j in range(n)] + [(word[src], 1)])
+    return minterms
+
+
+def _shift_first(c: Circuit, a: Word, amt: Word, kind: str, name: str) -> Word:
+    """Layer 1 of the barrel shifter: shift by amt mod 4 (<= 4 AND units per bit)."""
+    return [bit_from_ands(c, f"{name}.s1[{i}]", _barrel_stage(a, amt, kind, i, 0, 2, 1)) for i in range(32)]
+
+
+def _shift_second(y: Word, a31: Group, amt: Word, big: Group, kind: str, i: int) -> list[list[tuple[Group, int]]]:
+    """Layer 2: shift y by 4 * (amt bits 2..4) unless amt >= 32 (then 0, or the sign for sra)."""
+    minterms = [m + [(big, 0)] for m in _barrel_stage(y, amt, kind, i, 2, 3, 4)]
+    if kind == "sra":
+        minterms.append([(big, 1), (a31, 1)])
+    return minterms
+
+
+def _amount_onehot(c: Circuit, amt: Word, name: str) -> Group:
+    """amt mod 32 as a one-hot group (1 MLP layer, 31 units, 32 dims)."""
     units = [and_unit([(amt[i], (k >> i) & 1) for i in range(5)], ((k, 1), (0, -1))) for k in range(1, 32)]
-    onehot = c.gate(f"{name}.amt", 32, 0, units)
-    big = step_gate(c, f"{name}.big", 2, 0, [(amt[i], 1, 1) for i in range(5, 32)], {1: [(1, 1)]})
-    return onehot, big
+    return c.gate(f"{name}.amt", 32, 0, units)
 
 
-def _shift_minterms(a: Word, oh: Group, big: Group, kind: str, i: int) -> list[list[tuple[Group, int]]]:
+def _onehot_shift_minterms(a: Word, oh: Group, big: Group, kind: str, i: int) -> list[list[tuple[Group, int]]]:
+    """Bit i of a one-layer shift by a one-hot amount: one AND per amount (more units, fewer dims)."""
     minterms = []
     for k in range(32):
-        src = i - k if kind == "shl" else i + k
-        if 0 <= src < 32:
+        src = _shift_source(kind, i, k)
+        if src is not None:
             minterms.append([(oh, k), (a[src], 1), (big, 0)])
-        elif kind == "sra":
-            minterms.append([(oh, k), (a[31], 1), (big, 0)])
     if kind == "sra":
         minterms.append([(big, 1), (a[31], 1)])
     return minterms
@@ -215,14 +248,15 @@ def _shift_minterms(a: Word, oh: Group, big: Group, kind: str, i: int) -> list[l
 
 def shift(c: Circuit, a: Word, amt: Word, kind: str, name: str | None = None) -> Word:
     """kind 'shl', 'shr' (logical) or 'sra'; amounts >= 32 give 0 (or the sign fill), as PTX clamps.
-    2 MLP layers."""
+    A two-stage barrel shifter (by amt mod 4, then by 4 * (amt >> 2 & 7)): 2 MLP layers."""
     if kind not in ("shl", "shr", "sra"):
         raise CircuitError(f"shift kind {kind!r}: expected shl, shr or sra")
     name = name or kind
     _check_word(a, name)
     _check_word(amt, name)
-    oh, big = _shift_amount(c, amt, name)
-    return [bit_from_ands(c, f"{name}[{i}]", _shift_minterms(a, oh, big, kind, i)) for i in range(32)]
+    y = _shift_first(c, a, amt, kind, name)
+    big = _big_amount(c, amt, name)
+    return [bit_from_ands(c, f"{name}[{i}]", _shift_second(y, a[31], amt, big, kind, i)) for i in range(32)]
 
 
 # Fused ALU ----------------------------------------------------------------------------------------------
@@ -264,11 +298,15 @@ def _step_units(terms: list[Term], theta: int) -> list[Unit]:
 
 
 def alu(c: Circuit, op: Group, a: Word, b: Word, names: tuple[str, ...] = ALU_OPS,
-        extras: tuple[Word, ...] = (), name: str = "alu") -> Word:
+        extras: tuple[Word, ...] = (), name: str = "alu", shifter: str = "onehot") -> Word:
     """op(a, b) for a one-hot op (elements: names in order, then one per extra word, which is passed
     through): every op and the selection in 2 MLP layers. Layer A is shared (adder stages for a + b and
     a + ~b + 1, whose classes also give the compares; shift amount); layer B ANDs each op's output units
-    with its op literal (`gated`). Compares give 0/1 words; min/max select by a threshold on the classes."""
+    with its op literal (`gated`). Compares give 0/1 words; min/max select by a threshold on the classes.
+    shifter "onehot" (one amount one-hot shared by the three shifts: fewer dims) or "barrel" (first
+    barrel stage per shift in layer A: about 1200 fewer units, 160 more dims)."""
+    if shifter not in ("onehot", "barrel"):
+        raise CircuitError(f"{name}: shifter {shifter!r}: expected 'onehot' or 'barrel'")
     unknown = [n for n in names if n not in ALU_OPS]
     if unknown or op.size != len(names) + len(extras):
         raise CircuitError(f"{name}: unknown ops {unknown} or op group size {op.size} != "
@@ -284,8 +322,13 @@ def alu(c: Circuit, op: Group, a: Word, b: Word, names: tuple[str, ...] = ALU_OP
     if want & {"slt", "min", "max"}:  # signed: flip both sign bits, only the top nibble's class changes
         top = _nibble_class(c, _flip_sign(a), _flip_sign(nb), 7, f"{name}.signed")
         signed_cls = sub_cls[:7] + [top]
-    if want & {"shl", "shr", "sra"}:
-        oh, big = _shift_amount(c, b, f"{name}.sh")
+    shifts = [k for k in ("shl", "shr", "sra") if k in want]
+    if shifts:
+        big = _big_amount(c, b, f"{name}.sh")
+        if shifter == "barrel":
+            shifted = {k: _shift_first(c, a, b, k, f"{name}.{k}") for k in shifts}
+        else:
+            oh = _amount_onehot(c, b, f"{name}.sh")
     one = ((1, 1), (0, -1))
 
     def lt_terms(cls: list[Group]) -> list[Term]:
@@ -303,7 +346,9 @@ def alu(c: Circuit, op: Group, a: Word, b: Word, names: tuple[str, ...] = ALU_OP
         if n == "xor":
             return [and_unit([(a[i], 1), (b[i], 0)], one), and_unit([(a[i], 0), (b[i], 1)], one)]
         if n in ("shl", "shr", "sra"):
-            return [and_unit(m, one) for m in _shift_minterms(a, oh, big, n, i)]
+            if shifter == "barrel":
+                return [and_unit(m, one) for m in _shift_second(shifted[n], a[31], b, big, n, i)]
+            return [and_unit(m, one) for m in _onehot_shift_minterms(a, oh, big, n, i)]
         if n in ("slt", "sltu"):
             terms = lt_terms(signed_cls if n == "slt" else sub_cls)
             return _step_units([(g, e, -w) for g, e, w in terms], -254) if i == 0 else []

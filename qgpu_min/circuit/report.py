@@ -75,18 +75,18 @@ def memory_cost() -> Cost:
     return measure("memory read+write (32-bit, 1 port)", c)
 
 
-def alu_cost() -> Cost:
+def alu_cost(shifter: str) -> Cost:
     c = Circuit("alu")
     a, b = c.input_word("a"), c.input_word("b")
     op = c.input("op", len(lib.ALU_OPS))
-    for g in lib.alu(c, op, a, b):
+    for g in lib.alu(c, op, a, b, shifter=shifter):
         c.output(g)
-    return measure(f"fused ALU: {len(lib.ALU_OPS)} ops + select", c)
+    return measure(f"fused ALU: {len(lib.ALU_OPS)} ops + select ({shifter})", c)
 
 
 def cost_table(include_mul: bool = True) -> list[Cost]:
     rows = [_binary(k, f) for k, f in OPS.items() if include_mul or k != "mul.lo"]
-    rows.append(alu_cost())
+    rows += [alu_cost("onehot"), alu_cost("barrel")]
     rows.append(memory_cost())
     return rows
 

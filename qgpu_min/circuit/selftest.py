@@ -152,7 +152,7 @@ def _first_diff(where: str, A, B, got, want) -> str:
 
 
 def check_alu(n: int, modes: tuple[str, ...] = ("fp32", "bf16"), seed: int = 0,
-              shape: BaseShape = BaseShape()) -> list[Check]:
+              shape: BaseShape = BaseShape(), shifter: str = "onehot") -> list[Check]:
     """The fused ALU (lib.alu: 15 ops and a pass-through option in 2 MLP layers), a random op per case."""
     A, B = operands(n, seed)
     rng = np.random.default_rng(seed + 1)
@@ -160,7 +160,7 @@ def check_alu(n: int, modes: tuple[str, ...] = ("fp32", "bf16"), seed: int = 0,
     c = Circuit("alu")
     a, b, x = c.input_word("a"), c.input_word("b"), c.input_word("x")
     op = c.input("op", len(names) + 1)
-    r = lib.alu(c, op, a, b, names, (x,))
+    r = lib.alu(c, op, a, b, names, (x,), shifter=shifter)
     for g in r:
         c.output(g)
     OP = rng.integers(0, len(names) + 1, len(A))
@@ -188,8 +188,9 @@ def check_alu(n: int, modes: tuple[str, ...] = ("fp32", "bf16"), seed: int = 0,
             continue
         if not (got == want).all():
             ok, detail = False, _first_diff(mode, A, B, got, want)
-    return [(f"fused ALU, {len(names)} ops + select in {p.n_layers} layers (IR, {'/'.join(modes)})", ok, detail),
-            ("static margins (fused ALU)", margins.ok, f"worst margin {margins.worst_margin:.1e}")]
+    what = f"fused ALU ({shifter} shifter)"
+    return [(f"{what}, {len(names)} ops + select in {p.n_layers} layers (IR, {'/'.join(modes)})", ok, detail),
+            (f"static margins ({what})", margins.ok, f"worst margin {margins.worst_margin:.1e}")]
 
 
 def check_memory(tokens: int = 60, modes: tuple[str, ...] = ("fp32", "bf16"), seed: int = 0,
@@ -276,6 +277,7 @@ def run_selftest(quick: bool = False, seed: int = 0) -> list[Check]:
     n = 200 if quick else 2000
     out = check_library(n, seed=seed)
     out += check_alu(n, seed=seed)
+    out += check_alu(n, seed=seed, shifter="barrel")
     out += check_memory(24 if quick else 200, seed=seed)
     out += check_text_mute(128 if quick else 512, seed=seed)
     return out
