@@ -418,3 +418,55 @@ def test_called_function_with_its_own_local_array(compiler):
     k = compile_kernel(CALL_LOCAL, compiler=compiler)
     r = launch(k, [a, [0] * 6, n], block=6)
     assert r.arrays["o"].tolist() == [pick(t) + a[(t + (a[t] & 3)) % n] for t in range(6)]
+
+
+def _reconvergence_violations(program):
+    """Blocks reachable from a branch before its immediate post-dominator that are laid out after it."""
+    blocks = program.blocks
+    n = len(blocks)
+    succ = []
+    for i, b in enumerate(blocks):
+        t = b.term
+        succ.append({"JMP": [t.taken], "BR": [t.taken, t.not_taken], "BAR": [i + 1], "EXIT": [n]}[t.kind])
+    pdom = [set(range(n + 1)) for _ in range(n)] + [{n}]
+    changed = True
+    while changed:
+        changed = False
+        for i in reversed(range(n)):
+            new = {i} | set.intersection(*(pdom[s] for s in succ[i]))
+            if new != pdom[i]:
+                pdom[i], changed = new, True
+    bad = []
+    for i, b in enumerate(blocks):
+        if b.term.kind != "BR":
+            continue
+        strict = pdom[i] - {i}
+        ipdom = max(strict, key=lambda p: len(pdom[p]))       # the nearest strict post-dominator
+        if ipdom == n:
+            continue
+        seen, stack = set(), list(succ[i])
+        while stack:
+            x = stack.pop()
+            if x in seen or x == ipdom or x == n:
+                continue
+            seen.add(x)
+            if x > ipdom:
+                bad.append((i, x, ipdom))
+            stack.extend(succ[x])
+    return bad
+
+
+def test_reconvergence_check_detects_a_join_laid_out_too_early():
+    from qgpu_min.machine.isa import Block, Program, Term
+    bad = Program([Block(term=Term("BR", 1, 1, 3)), Block(term=Term("JMP", taken=2)), Block(),
+                   Block(term=Term("JMP", taken=2))])
+    assert _reconvergence_violations(bad) == [(0, 3, 2)]
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_layout_puts_every_branch_before_its_reconvergence_point(compiler):
+    sources = [(LOOPS, None), (REDUCE, None), (LOCAL, None), (SPILL, None), (CALL_LOCAL, None)] + \
+        [(USERS, k) for k in ("gcds", "sieve", "sort4", "transpose", "fib")]
+    for src, name in sources:
+        program = compile_kernel(src, kernel=name, compiler=compiler).program
+        assert not _reconvergence_violations(program), name

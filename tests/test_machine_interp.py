@@ -249,3 +249,21 @@ def test_docs_mirror_the_isa_docstring():
     import qgpu_min.machine.isa as isa
     doc = (Path(__file__).resolve().parents[1] / "docs" / "machine.md").read_text()
     assert isa.__doc__.strip() in doc
+
+
+def test_votes_count_only_active_lanes():
+    # lanes with odd tid branch to B1 and vote there on (tid & 2); even lanes vote in B2 on 1
+    pre, st = st_tid_word(2)
+    p = Program([
+        blk([tid(1), I("AND", 3, 1, imm=1, bimm=True), I("AND", 4, 1, imm=2, bimm=True)], term=Term("BR", 3, 1, 2)),
+        blk([], I("VOTE.BALLOT", 2, rb=4), term=Term("JMP", taken=3)),
+        blk([], I("VOTE.BALLOT", 2, imm=1, bimm=True), term=Term("JMP", taken=3)),
+        blk(pre, st, term=Term("JMP", taken=4)),
+        blk([I("SHL", 14, 14, imm=0, bimm=True)], I("VOTE.ALL", 5, rb=3), term=Term("JMP", taken=5)),
+        blk([], I("VOTE.ANY", 6, rb=4), [I("SHL", 5, 5, imm=1, bimm=True), I("OR", 5, 5, 6)],
+            term=Term("JMP", taken=6)),
+        blk([], I("ST", ra=14, rb=5, imm=64)),
+    ])
+    res = run(p, mem(), block=(7, 1))
+    assert res.memory[:7] == [0b0101, 0b1000, 0b0101, 0b1000, 0b101, 0, 0b101]
+    assert res.memory[16:23] == [1] * 4 + [1] * 3     # ALL false (even lanes), ANY true -> 0b01
