@@ -601,6 +601,12 @@ def arrays(*inputs: Callable, outs: int = 0, spare: int = 3, count: Callable | N
     return make
 
 
+def _low24_signed(x: np.ndarray) -> np.ndarray:
+    """The low 24 bits of each value as a signed 24-bit integer (what __mul24 multiplies)."""
+    low = np.asarray(x, dtype=np.int64) & 0xFFFFFF
+    return np.where(low >= 1 << 23, low - (1 << 24), low)
+
+
 CASES: tuple[Case, ...] = (
     Case("vec_add.cu", None, ANY_1D + (S(64, 1), S(10, 32)), *_binary(lambda a, b: s32(a + b))),
     Case("vec_ops.cu", "vec_sub", ANY_1D, *_binary(lambda a, b: s32(a - b))),
@@ -699,6 +705,10 @@ CASES: tuple[Case, ...] = (
     Case("mulhi.cu", None, ANY_1D, arrays(I, I, outs=3),
          lambda a, s: {2: (a[0] * a[1]) >> 32, 3: (words(a[0]).astype(object) * words(a[1]).astype(object)) >> 32,
                        4: s32(a[0] * a[1])}),
+    Case("intrinsics_misc.cu", None, ANY_1D, arrays(I, I, outs=5),
+         lambda a, s: {2: s32(_low24_signed(a[0]) * _low24_signed(a[1])),
+                       3: (words(a[0]) & 0xFFFFFF) * (words(a[1]) & 0xFFFFFF),
+                       4: (a[0] + a[1]) >> 1, 5: (a[0] + a[1] + 1) >> 1, 6: (words(a[0]) + words(a[1])) >> 1}),
     Case("shuffle_idx.cu", None, WARPS_1D, arrays(I, outs=2, spare=5),
          lambda a, s: {1: np.repeat(per_warp(a[0], s)[:, 0], 4)[: a[3]],
                        2: np.roll(per_warp(a[0], s), -1, axis=1).ravel()[: a[3]]}),

@@ -7,7 +7,8 @@
  *   - __syncthreads, __syncwarp, __threadfence*, the votes __all/__any/__ballot_sync, __activemask, __ldg;
  *   - atomicAdd/Sub/Min/Max/Exch/CAS/And/Or/Xor/Inc/Dec for int and unsigned int;
  *   - __shfl_sync, __shfl_up_sync, __shfl_down_sync, __shfl_xor_sync (int and unsigned);
- *   - min, max, abs, __popc, __clz, __brev, __ffs (and their ...ll forms), __mulhi, __umulhi;
+ *   - min, max, abs, __popc, __clz, __brev, __ffs (and their ...ll forms), __mulhi, __umulhi,
+ *     __mul24, __umul24, __sad, __usad, __hadd, __rhadd, __uhadd, __urhadd; size_t, ptrdiff_t;
  *   - int2..int4, uint2..uint4 (and short/char forms) with make_* constructors, dim3.
  * Our machine's warp has 4 lanes, so warpSize is 4 and a shuffle's default width is 4.
  * nvcc does not use this file: it brings its own headers.
@@ -27,6 +28,10 @@
 #define __restrict__ __restrict
 
 #define QGPU_DEV static __device__ __forceinline__
+
+/* The basic C types a kernel may name without including anything (nvcc predefines them too). */
+typedef __SIZE_TYPE__ size_t;
+typedef __PTRDIFF_TYPE__ ptrdiff_t;
 
 /* Code that tests for a CUDA compiler (#ifdef __CUDACC__) should see one. */
 #ifndef __CUDACC__
@@ -218,6 +223,15 @@ QGPU_DEV unsigned long long __brevll(unsigned long long x) { return __builtin_bi
 QGPU_DEV int __ffsll(long long x) { return __builtin_ffsll(x); }
 QGPU_DEV int __mulhi(int a, int b) { return __nvvm_mulhi_i(a, b); }
 QGPU_DEV unsigned int __umulhi(unsigned int a, unsigned int b) { return __nvvm_mulhi_ui(a, b); }
+/* 24-bit multiplies, sums of absolute differences and halving adds, with CUDA's integer semantics. */
+QGPU_DEV int __mul24(int a, int b) { return ((a << 8) >> 8) * ((b << 8) >> 8); }
+QGPU_DEV unsigned int __umul24(unsigned int a, unsigned int b) { return (a & 0xffffffu) * (b & 0xffffffu); }
+QGPU_DEV unsigned int __sad(int a, int b, unsigned int c) { return c + (a > b ? (unsigned)a - (unsigned)b : (unsigned)b - (unsigned)a); }
+QGPU_DEV unsigned int __usad(unsigned int a, unsigned int b, unsigned int c) { return c + (a > b ? a - b : b - a); }
+QGPU_DEV int __hadd(int a, int b) { return (int)(((long long)a + b) >> 1); }
+QGPU_DEV int __rhadd(int a, int b) { return (int)(((long long)a + b + 1) >> 1); }
+QGPU_DEV unsigned int __uhadd(unsigned int a, unsigned int b) { return (unsigned int)(((unsigned long long)a + b) >> 1); }
+QGPU_DEV unsigned int __urhadd(unsigned int a, unsigned int b) { return (unsigned int)(((unsigned long long)a + b + 1) >> 1); }
 
 #undef QGPU_DEV
 #endif /* QGPU_PRELUDE_H */
