@@ -470,3 +470,14 @@ def test_layout_puts_every_branch_before_its_reconvergence_point(compiler):
     for src, name in sources:
         program = compile_kernel(src, kernel=name, compiler=compiler).program
         assert not _reconvergence_violations(program), name
+
+
+def test_ptx_input_gets_types_from_the_mangled_name(tmp_path):
+    from qgpu_min.cuda.compiler import compile_to_ptx
+    ptx = tmp_path / "k.ptx"
+    ptx.write_text(compile_to_ptx(TWO_D, compiler="zig").text)
+    k = compile_kernel(ptx)
+    assert [(p.name, p.kind) for p in k.params] == [("param_0", "ptr"), ("param_1", "ptr"), ("param_2", "ptr"),
+                                                    ("param_3", "scalar")]
+    r = launch(k, [[1, 2, 3, 4], [5, 6, 7, 8], [0] * 4, 2], block=(2, 2))
+    assert r.arrays["param_2"].tolist() == [19, 22, 43, 50]

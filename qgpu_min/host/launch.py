@@ -134,7 +134,7 @@ def _params(fn, source_text: str | None) -> list[ParamInfo]:
         src = None
     infos = []
     for i, p in enumerate(fn.params):
-        name = src[i][0] if src else p.name
+        name = src[i][0] if src else p.name.removeprefix(fn.name + "_")     # PTX: _Z3dotPiS_i_param_0
         if mangled is not None and len(mangled) == len(fn.params):
             is_ptr, signed, size = mangled[i]
         elif src:
