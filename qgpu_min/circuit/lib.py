@@ -8,12 +8,14 @@ Every sum stays within +-256 where its value matters, so bf16 holds it exactly (
 Adders use 4-bit nibbles: layer A computes, per nibble, its sum bits for carry-in 0 and 1 and its
 kill/propagate/generate class; layer B forms each nibble's carry-in as one threshold over the classes
 below it (a carry-lookahead in one step, weights up to 2^7) and selects the sum bits. 2 MLP layers.
+Compares, min/max and the fused ALU reuse that layer A; `gated` ANDs any unit with extra literals, which
+is how the fused ALU selects its op inside the same layer B.
 """
 from __future__ import annotations
 
 from collections import defaultdict
 
-from .ir import CONST, Circuit, CircuitError, Group, Unit, Word, bit_not, const_bit
+from .ir import CONST, Circuit, CircuitError, Group, Unit, Word, bit_not, const_bit, view
 
 Term = tuple[Group, int, int]
 
@@ -186,8 +188,10 @@ def sle(c: Circuit, a: Word, b: Word, name: str = "sle") -> Group:
 
 
 def minmax(c: Circuit, a: Word, b: Word, signed: bool, want_max: bool, name: str = "min") -> Word:
-    lt = (slt if signed else ult)(c, a, b, f"{name}.lt")
-    return mux_word(c, lt, b, a, name) if want_max else mux_word(c, lt, a, b, name)
+    """min/max: a threshold on the compare classes selects a's or b's bit directly (the fused ALU with
+    one op). 2 MLP layers."""
+    op = ("max" if want_max else "min") + ("" if signed else "u")
+    return alu(c, view(CONST, (0,), "op"), a, b, (op,), name=name)
 
 
 # Shifts ------------------------------------------------------------------------------------------------
