@@ -318,7 +318,10 @@ class Lowerer(WideOps, BitOps, MemOps):
         ret, fsym, args = ins.operands
         callee = self.module.functions.get(fsym.name)
         if callee is None:
-            raise self.err(f"function {fsym.name} has no body in this PTX")
+            known = {"vprintf": "printf is not supported on this machine",
+                     "__assertfail": "assert is not supported on this machine",
+                     "malloc": "device malloc is not supported", "free": "device free is not supported"}
+            raise self.err(known.get(fsym.name, f"function {fsym.name} has no body in this PTX"))
         depth = self.scope.prefix.count("@")
         if depth >= self.max_depth:
             raise self.err(f"calls nested deeper than {self.max_depth} (recursion?) cannot be inlined")
