@@ -1,6 +1,7 @@
 """Expansions of integer operations the ISA lacks: division, bit counts, bit reversal.
 
-Division by a variable is a 32-step shift-subtract loop (one block per step). Its results for a zero
+Division by a variable is a shift-subtract loop, one block per step, over the dividend's significant
+bits (its leading zeros are skipped first; all 32 steps for a zero divisor). Its results for a zero
 divisor (PTX leaves them unspecified) are: unsigned x / 0 = 0xFFFFFFFF, x % 0 = x; signed x / 0 = -1
 for x >= 0 and 1 for x < 0, x % 0 = x. A constant zero divisor takes the same loop. INT_MIN / -1 =
 INT_MIN and INT_MIN % -1 = 0 (wrapping). Division by a constant uses a multiply by a magic number
@@ -69,6 +70,17 @@ def divmod_loop(lw, n: str, d: str, signed: bool) -> tuple[str, str]:
     qn = lw.emit("ADD", lw.tmp(), n, 0)         # dividend bits shift out at the top, quotient bits in
     r = lw.emit("ADD", lw.tmp(), RZ, 0)
     i = lw.emit("ADD", lw.tmp(), RZ, 32)
+    # skip the dividend's leading zeros (binary search): small dividends take few steps. Not for a
+    # zero divisor, whose every step yields a quotient bit of 1.
+    nonzero = lw.emit("SNE", lw.tmp(), d, 0)
+    t, z = lw.tmp(), lw.tmp()
+    for s in (16, 8, 4, 2, 1):
+        lw.emit("SHR", t, qn, 32 - s)
+        lw.emit("SEQ", z, t, 0)
+        lw.emit("AND", z, z, nonzero)
+        lw.emit("SHL", z, z, s.bit_length() - 1)
+        lw.emit("SHL", qn, qn, z)
+        lw.emit("SUB", i, i, z)
     loop, done = lw.new_label(), lw.new_label()
     lw.jmp(loop)
     lw.label(loop)
