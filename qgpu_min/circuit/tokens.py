@@ -69,11 +69,15 @@ def find_text_gate(text_rows: np.ndarray, free_dims: list[int], hidden: int) -> 
     if not free_dims:
         raise CircuitError("no residual dims left outside the circuit for the text gate")
     n = len(free_dims)
-    G, r = np.zeros((n, n)), np.zeros(n)
-    for X in _chunks(text_rows, free_dims):
-        G += X.T @ X
-        r += X.sum(axis=0)
-    lam = -np.linalg.lstsq(G, r, rcond=None)[0]
+    if len(text_rows) <= n:  # fewer rows than unknowns: the minimum-norm solution through the rows' Gram matrix
+        X = text_rows[:, free_dims].astype(np.float64)
+        lam = X.T @ np.linalg.lstsq(X @ X.T, -np.ones(len(X)), rcond=None)[0]
+    else:
+        G, r = np.zeros((n, n)), np.zeros(n)
+        for X in _chunks(text_rows, free_dims):
+            G += X.T @ X
+            r += X.sum(axis=0)
+        lam = -np.linalg.lstsq(G, r, rcond=None)[0]
     for _ in range(200):
         push, bad = np.zeros(n), 0
         for X in _chunks(text_rows, free_dims):
