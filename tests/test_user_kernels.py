@@ -4,7 +4,8 @@ run exactly through the library API and the `qgpu-min run --json` command, from 
 nvcc's PTX, at 2-3 launch shapes. Findings are written up in docs/user_trial.md.
 
 Kernels that do not run exactly are kept with a strict xfail naming the cause, so a fix shows up.
-Default run: library API at every shape and the CLI at the first shape, per compiler.
+Default run: library API at every shape per compiler, and the CLI at the first shape with zig clang;
+`-m slow` adds the CLI with nvcc.
 """
 from __future__ import annotations
 
@@ -21,8 +22,11 @@ import pytest
 from click.testing import CliRunner
 
 from qgpu_min.cli import main
-from qgpu_min.cuda.compiler import CompilerNotFoundError, find_compiler
+from qgpu_min.cuda.compiler import CompilerNotFoundError, CudaCompileError, find_compiler
+from qgpu_min.cuda.lower_ir import LoweringError
+from qgpu_min.errors import QgpuError
 from qgpu_min.host.launch import compile_kernel, launch
+from qgpu_min.machine.interp import StepLimitError
 
 DIR = Path(__file__).resolve().parent / "user_kernels"
 COMPILERS = ("zig", "nvcc")
@@ -38,6 +42,7 @@ class UCase:
     make: Callable[[np.random.Generator, Dim, Dim], list]  # arguments: np.int64 arrays / ints
     expect: Callable[[list, Dim, Dim], dict]             # {param index: final contents}
     xfail: dict = field(default_factory=dict)            # compiler -> reason (strict xfail)
+    step_limit: int | None = None                        # lower for kernels expected to hang
 
     @property
     def id(self) -> str:
@@ -370,10 +375,10 @@ CASES += [
           lambda a, g, b: {1: (arr(a[0]) < 0).astype(np.int64), 2: arr([s8(abs(int(v))) for v in a[0]])}),
     UCase("mutex.cu", "locked_sum", (((1, 1), (12, 1)), ((3, 1), (4, 1))),
           lambda r, g, b: [arr([0]), arr([0]), np.zeros(11, np.int64), r.integers(-1000, 1000, 10), 10],
-          lambda a, g, b: {1: arr([a[3].sum()]), 2: Perm(arr(list(range(10)) + [10]))}, {"zig": LOCK_ZIG}),
+          lambda a, g, b: {1: arr([a[3].sum()]), 2: Perm(arr(list(range(10)) + [10]))}, {"zig": LOCK_ZIG}, 20000),
     UCase("mutex.cu", "naive_lock", (((1, 1), (8, 1)),),
           lambda r, g, b: [arr([0]), arr([0]), r.integers(-1000, 1000, 8), 8],
-          lambda a, g, b: {1: arr([a[2].sum()])}, {"zig": NAIVE_LOCK, "nvcc": NAIVE_LOCK}),
+          lambda a, g, b: {1: arr([a[2].sum()])}, {"zig": NAIVE_LOCK, "nvcc": NAIVE_LOCK}, 20000),
     UCase("atomic64.cu", None, (((1, 1), (20, 1)), ((3, 1), (8, 1))),
           lambda r, g, b: [edge_ints(r, 20), arr([0]), 20],
           lambda a, g, b: {1: arr([sum(int(v) ** 2 for v in a[0]) % 2**64])}, {"zig": ATOM64_ZIG}),
@@ -442,14 +447,27 @@ def _check(case: UCase, args: list, shape, arrays: list[np.ndarray]) -> None:
         assert not bad, f"param {i} wrong at {bad[:8]}: got {[g[j] for j in bad[:8]]}, want {[w[j] for j in bad[:8]]}"
 
 
-def _mark(case: UCase, compiler: str):
+def _raises(reason: str, api: bool) -> type[BaseException]:
+    """The exception an expected failure must raise: through the CLI always a failed assertion."""
+    if not api or reason == WARP32:
+        return AssertionError
+    if reason in (CLIMITS, NO_INTRINSICS, ATOM64_ZIG, SYNC_COUNT_ZIG):
+        return CudaCompileError
+    if reason in (PRMT_REG, SAD, SYNC_COUNT_NVCC):
+        return LoweringError
+    return StepLimitError  # NAIVE_LOCK, LOCK_ZIG
+
+
+def _mark(case: UCase, compiler: str, api: bool = True):
     reason = case.xfail.get(compiler)
-    return [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+    return [pytest.mark.xfail(strict=True, reason=reason, raises=_raises(reason, api))] if reason else []
 
 
 API_PARAMS = [pytest.param(c, comp, s, id=f"{c.id}-{comp}-g{s[0][0]}x{s[0][1]}b{s[1][0]}x{s[1][1]}", marks=_mark(c, comp))
               for c in CASES for comp in COMPILERS for s in c.shapes]
-CLI_PARAMS = [pytest.param(c, comp, id=f"{c.id}-{comp}", marks=_mark(c, comp)) for c in CASES for comp in COMPILERS]
+# The CLI shares the library's path after argument parsing: nvcc's (slower) CLI runs are in the slow set.
+CLI_PARAMS = [pytest.param(c, comp, id=f"{c.id}-{comp}", marks=_mark(c, comp, api=False) + ([pytest.mark.slow] if comp == "nvcc" else []))
+              for c in CASES for comp in COMPILERS]
 
 
 @pytest.mark.parametrize("case,compiler,shape", API_PARAMS)
@@ -458,7 +476,8 @@ def test_user_kernel_api(case: UCase, compiler: str, shape) -> None:
         pytest.skip(f"{compiler} not available: {_missing(compiler)}")
     args = _args(case, shape)
     k = _compiled(case.file, case.kernel, compiler)
-    r = launch(k, [a.copy() if isinstance(a, np.ndarray) else a for a in args], grid=shape[0], block=shape[1])
+    r = launch(k, [a.copy() if isinstance(a, np.ndarray) else a for a in args], grid=shape[0], block=shape[1],
+               step_limit=case.step_limit)
     _check(case, args, shape, list(r.arrays.values()))
 
 
@@ -476,6 +495,7 @@ def test_user_kernel_cli(case: UCase, compiler: str) -> None:
     cmd = ["run", str(DIR / case.file), "--compiler", compiler, "--json",
            "--grid", "{},{}".format(*shape[0]), "--block", "{},{}".format(*shape[1])]
     cmd += ["--kernel", case.kernel] if case.kernel else []
+    cmd += ["--step-limit", str(case.step_limit)] if case.step_limit else []
     for a in args:
         cmd.append(f"--arg={_cli_value(a)}")
     res = CliRunner().invoke(main, cmd)
@@ -483,3 +503,40 @@ def test_user_kernel_cli(case: UCase, compiler: str) -> None:
     out = json.loads(res.output.strip().splitlines()[-1])
     assert out["grid"] == list(shape[0]) and out["block"] == list(shape[1]) and out["backend"] == "interp"
     _check(case, args, shape, list(out["arrays"].values()))
+
+
+# ---- outside the limits: the error must name the problem ----------------------------------------
+# (source file, kernel, args, grid, block, regex the message must match)
+ERRORS = [
+    ("bad_inputs.cu", "uses_float", [[1, 2, 3], [0, 0, 0], 3], (1, 1), (4, 1),
+     r"unsupported instruction `cvt\.rn\.f32\.s32 .*` at line \d+: floating point is not supported"),
+    ("bad_inputs.cu", "big_shared", [[0] * 32], (1, 1), (32, 1),
+     r"need 2048 words of memory; the machine has 1024 \(over by 1024\)"),
+    ("bad_inputs.cu", "spin_forever", [[0, 0]], (1, 1), (2, 1),
+     r"did not halt within the step limit of 3000 .*CTA 0 \(0, 0\), warp 0, block B\d+ \(lanes \[0, 1\] live\)"),
+    ("debug_print.cu", None, [[0] * 4], (1, 1), (4, 1), r"`call\.uni .*vprintf.*` at line \d+: .*printf"),
+    ("recursion.cu", "rec_binom", [[5], [2], [0], 1], (1, 1), (1, 1), r"_Z5binomii.*nested deeper than 8 \(recursion\?\)"),
+    ("fizzbuzz.cu", None, [[0] * 64, 64], (1, 1), (64, 1), r"64 threads exceeds the machine's 32 threads per CTA \(over by 32\)"),
+    ("fizzbuzz.cu", None, [[0] * 65, 65], (65, 1), (1, 1), r"65 CTAs exceeds the machine's 64 CTAs per launch \(over by 1\)"),
+    ("relu_clamp.cu", None, [[0] * 400] * 3 + [1, 2, 3], (1, 1), (4, 1), r"needs 1200 words of memory .*has 1024 \(over by 176\)"),
+    ("templ.cu", "scale", [[0] * 4, 4], (1, 1), (4, 1),
+     r"'scale' is ambiguous.*_Z5scaleILi3EEvPii.*_Z5scaleILin7EEvPii.*pass the mangled name"),
+]
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+@pytest.mark.parametrize("file,kernel,args,grid,block,pattern", ERRORS, ids=[f"{e[0][:-3]}-{e[1]}-{e[4][0]}" for e in ERRORS])
+def test_user_error_is_clear(file, kernel, args, grid, block, pattern, compiler) -> None:
+    if _missing(compiler):
+        pytest.skip(f"{compiler} not available: {_missing(compiler)}")
+    with pytest.raises(QgpuError, match=pattern):
+        k = compile_kernel(DIR / file, kernel=kernel, compiler=compiler)
+        launch(k, [np.asarray(a, np.int64) if isinstance(a, list) else a for a in args], grid=grid, block=block,
+               step_limit=3000)
+
+
+def test_user_error_cli_exit_status() -> None:
+    """The CLI prints `error: <message>` and exits 1 for a kernel the machine cannot run (floating point)."""
+    res = CliRunner().invoke(main, ["run", str(DIR / "bad_inputs.cu"), "--kernel", "uses_float", "--compiler", "zig",
+                                    "--arg", "[1,2]", "--arg", "zeros(2)", "--arg", "2"])
+    assert res.exit_code == 1 and "error: unsupported instruction `cvt.rn.f32.s32" in res.output, res.output
