@@ -65,7 +65,7 @@ def test_merged_checkpoint_format(built):
     cfg = json.loads((b.path / "config.json").read_text())["text_config"]
     assert cfg["layer_types"] == ["linear_attention"] * b.n_layers + ["linear_attention", "full_attention"]
     assert cfg["num_hidden_layers"] == b.n_layers + 2
-    assert cfg["vocab_size"] == 512 + len(b.demo.tokens.names)
+    assert cfg["vocab_size"] == 512 + len(b.tokens.names)
     assert b.tau > 0 and b.text_max_pre <= -90
 
 
@@ -93,12 +93,12 @@ def test_text_tokens_do_not_touch_circuit_memory(built, model):
     _, m = model
     state = m.new_state()
     names = ["BEGIN"] + demos.word_tokens(0xABCD, 0) + ["WRITE_2"]
-    m.prefill(state, [b.base_vocab + b.demo.tokens.index(n) for n in names])
+    m.prefill(state, [b.base_vocab + b.tokens.index(n) for n in names])
     before = {i: state.recurrent[i].copy() for i in range(b.n_layers)}
     m.prefill(state, list(range(100, 160)))
     assert all(np.array_equal(before[i], state.recurrent[i]) for i in range(b.n_layers))
-    nxt = demos.run_tokens(m, state, [b.base_vocab + b.demo.tokens.index("READ_2")])
-    assert b.demo.tokens.names[nxt - b.base_vocab] == "OUT0_205"  # 0xABCD & 255, after the text
+    nxt = demos.run_tokens(m, state, [b.base_vocab + b.tokens.index("READ_2")])
+    assert b.tokens.names[nxt - b.base_vocab] == "OUT0_205"  # 0xABCD & 255, after the text
 
 
 def test_output_code_wins_by_a_wide_margin(built, model):
@@ -106,8 +106,8 @@ def test_output_code_wins_by_a_wide_margin(built, model):
     _, b = built
     _, m = model
     names = ["BEGIN"] + demos.word_tokens(0xDEADBEEF, 0) + demos.word_tokens(5, 4) + ["ALU_add"]
-    logits = m.prefill(m.new_state(), [b.base_vocab + b.demo.tokens.index(n) for n in names])
+    logits = m.prefill(m.new_state(), [b.base_vocab + b.tokens.index(n) for n in names])
     order = np.argsort(logits)[::-1]
-    assert b.demo.tokens.names[order[0] - b.base_vocab] == "OUT0_244"  # 0xDEADBEEF + 5 = ...f4
+    assert b.tokens.names[order[0] - b.base_vocab] == "OUT0_244"  # 0xDEADBEEF + 5 = ...f4
     assert logits[order[0]] - logits[order[1]] > 10
     assert logits[order[0]] - logits[:b.base_vocab].max() > 100

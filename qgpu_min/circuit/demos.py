@@ -21,11 +21,10 @@ from pathlib import Path
 import numpy as np
 
 from . import lib
-from .compile import BaseShape, OutputCode, add_mute, check_exact_weights, emit, plan
+from .compile import OutputCode
 from .ir import CONST, Circuit, Group, Word, view
-from .margin import static_check, text_gate_check
-from .merge import write_merged
-from .tokens import CircuitTokens, normalised_text_rows, text_gates, token_rows
+from .merge import Built, build_merged
+from .tokens import CircuitTokens
 
 ALU_OPS = lib.ALU_OPS
 EMIT = ("in", "out0", "out1", "out2", "out3", "end")
@@ -112,41 +111,10 @@ def demo_circuit() -> Demo:
     return Demo(c, toks, OutputCode([(emit_g, code[0]), (hi, code[1]), (lo, code[2])]))
 
 
-@dataclass
-class BuiltDemo:
-    path: Path
-    demo: Demo
-    base_vocab: int
-    n_layers: int
-    tau: float
-    text_max_pre: float
-    layer_units: list
-    layer_heads: list
-
-
-def build_demo(base_dir: str | Path, out_dir: str | Path) -> BuiltDemo:
+def build_demo(base_dir: str | Path, out_dir: str | Path) -> Built:
     """Compile the demo circuit for the base checkpoint's shapes and write the merged checkpoint."""
-    from qgpu_min.model.config import load_config
-    from qgpu_min.model.safetensors_io import MappedFiles, read_checkpoint_headers
-
-    cfg = load_config(base_dir)
-    shape = BaseShape.from_config(cfg)
     d = demo_circuit()
-    p = plan(d.circuit, shape, keep=[ig for _, ig in d.out_code.pairs])
-    report = static_check(p)
-    if not report.ok:
-        raise ValueError("static margin check failed:\n  " + "\n  ".join(report.problems[:10]))
-    layers = emit(p, d.out_code)
-    check_exact_weights(layers)
-    infos = read_checkpoint_headers(base_dir, keep=lambda n: n.endswith("embed_tokens.weight"))
-    embed = MappedFiles().array(next(iter(infos.values())))
-    text = normalised_text_rows(embed, shape.eps)
-    gates = text_gates(p, text)
-    add_mute(layers, gates, shape)
-    worst = text_gate_check(layers, text, 2 * shape.heads * shape.head_dim)
-    path = write_merged(base_dir, out_dir, layers, shape, token_rows(p, d.tokens))
-    return BuiltDemo(path, d, cfg.vocab_size, len(layers), min(g.tau for g in gates.values()), worst, [lw.units for lw in layers],
-                     [lw.heads for lw in layers])
+    return build_merged(d.circuit, d.tokens, d.out_code, base_dir, out_dir)
 
 
 def run_tokens(model, state, ids: list[int]) -> int:
@@ -155,10 +123,10 @@ def run_tokens(model, state, ids: list[int]) -> int:
     return int(np.argmax(logits))
 
 
-def generate(model, built: BuiltDemo, prompt: list[str], max_new: int = 8) -> list[str]:
+def generate(model, built: Built, prompt: list[str], max_new: int = 8) -> list[str]:
     """Feed the prompt tokens, then let the model pick (greedy, whole vocabulary) until END."""
-    names = built.demo.tokens.names
-    ids = [built.base_vocab + built.demo.tokens.index(n) for n in prompt]
+    names = built.tokens.names
+    ids = [built.base_vocab + built.tokens.index(n) for n in prompt]
     state = model.new_state()
     nxt = run_tokens(model, state, ids)
     out = []

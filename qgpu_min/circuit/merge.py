@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +19,10 @@ import numpy as np
 from qgpu_min.model.bf16 import f32_to_bf16
 from qgpu_min.model.safetensors_io import MappedFiles, read_checkpoint_headers, write_checkpoint_weights
 
-from .compile import BaseShape, LayerWeights
-from .ir import CircuitError
+from .compile import BaseShape, LayerWeights, OutputCode, add_mute, check_exact_weights, emit, plan
+from .ir import Circuit, CircuitError
+from .margin import static_check, text_gate_check
+from .tokens import CircuitTokens, normalised_text_rows, text_gates, token_rows
 
 SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json", "chat_template.jinja",
               "vocab.json", "merges.txt")
@@ -104,3 +107,42 @@ def write_merged(base_dir: str | Path, out_dir: str | Path, layers: list[LayerWe
         shutil.rmtree(out_dir)
     os.replace(tmp, out_dir)
     return out_dir
+
+
+@dataclass
+class Built:
+    """A merged checkpoint: where it is, its circuit tokens (ids base_vocab + i), and what the build measured."""
+
+    path: Path
+    tokens: CircuitTokens
+    base_vocab: int
+    n_layers: int
+    tau: float            # smallest text-gate margin over the sublayers
+    text_max_pre: float   # highest pre-activation any text token reaches in a circuit layer (<= -90)
+    layer_units: list
+    layer_heads: list
+
+
+def build_merged(circuit: Circuit, toks: CircuitTokens, out_code: OutputCode, base_dir: str | Path,
+                 out_dir: str | Path) -> Built:
+    """Compile `circuit` for the base checkpoint's shapes (static margin check, exact weights, a text gate
+    per sublayer from the base's embedding matrix, checked on every text row) and write the merged
+    checkpoint with the circuit tokens appended to the vocabulary."""
+    from qgpu_min.model.config import load_config
+
+    cfg = load_config(base_dir)
+    shape = BaseShape.from_config(cfg)
+    p = plan(circuit, shape, keep=[ig for _, ig in out_code.pairs])
+    report = static_check(p)
+    if not report.ok:
+        raise CircuitError("static margin check failed:\n  " + "\n  ".join(report.problems[:10]))
+    layers = emit(p, out_code)
+    check_exact_weights(layers)
+    infos = read_checkpoint_headers(base_dir, keep=lambda n: n.endswith("embed_tokens.weight"))
+    text = normalised_text_rows(MappedFiles().array(next(iter(infos.values()))), shape.eps)
+    gates = text_gates(p, text)
+    add_mute(layers, gates, shape)
+    worst = text_gate_check(layers, text, 2 * shape.heads * shape.head_dim)
+    path = write_merged(base_dir, out_dir, layers, shape, token_rows(p, toks))
+    return Built(path, toks, cfg.vocab_size, len(layers), min(g.tau for g in gates.values()), worst,
+                 [lw.units for lw in layers], [lw.heads for lw in layers])
