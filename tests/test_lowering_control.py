@@ -487,3 +487,38 @@ def test_ptx_input_gets_types_from_the_mangled_name(tmp_path):
                                                     ("param_3", "scalar")]
     r = launch(k, [[1, 2, 3, 4], [5, 6, 7, 8], [0] * 4, 2], block=(2, 2))
     assert r.arrays["param_2"].tolist() == [19, 22, 43, 50]
+
+
+BAR_RED = r"""
+#ifdef __clang__
+#define COUNT(p) __nvvm_bar0_popc(p)
+#define ANY(p) __nvvm_bar0_or(p)
+#define ALL(p) __nvvm_bar0_and(p)
+#else
+#define COUNT(p) __syncthreads_count(p)
+#define ANY(p) __syncthreads_or(p)
+#define ALL(p) __syncthreads_and(p)
+#endif
+__global__ void votes(const int *a, int *o, int n) {
+  int t = threadIdx.x + threadIdx.y * blockDim.x, i = blockIdx.x * blockDim.x * blockDim.y + t;
+  if (i >= n) return;                       // whole warps may leave: the rest still agree
+  int v = a[i];
+  int c = COUNT(v > 10);
+  int any = ANY(v < 0);
+  int all = ALL(v != 7);
+  o[i] = c * 100 + any * 10 + all;
+}
+"""
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_syncthreads_count_and_or(compiler):
+    k = compile_kernel(BAR_RED, compiler=compiler)
+    a = [11, 12, 7, 0, 50, 3, 2, 1, 99, -1, 5, 5, 20, 7, 8, 9, 30, 31, 32, 1, 1]
+    n = len(a)
+    r = launch(k, [a, [0] * n, n], grid=3, block=(4, 2))
+    want = []
+    for c in range(3):
+        blk = a[c * 8:(c + 1) * 8]
+        want += [sum(x > 10 for x in blk) * 100 + any(x < 0 for x in blk) * 10 + all(x != 7 for x in blk)] * len(blk)
+    assert r.arrays["o"].tolist() == want

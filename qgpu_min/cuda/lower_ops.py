@@ -305,14 +305,45 @@ class Lowerer(WideOps, BitOps, MemOps):
     def op_bar(self, ins: Instr) -> None:
         if "warp" in ins.mods:
             return          # __syncwarp: lanes of a warp already run in lockstep when converged
+        if "red" in ins.mods:
+            self.bar_red(ins)
+            return
         if ins.operands and not (isinstance(ins.operands[0], Imm) and ins.operands[0].value == 0) \
                 or len(ins.operands) > 1:
             raise self.err("only barrier 0 with all threads (__syncthreads) is supported")
-        if "arrive" in ins.mods or "red" in ins.mods:
-            raise self.err("barrier arrive/reduce forms are not supported")
+        if "arrive" in ins.mods:
+            raise self.err("barrier arrive forms are not supported")
         self.out.append(V("BAR", line=self.line))
 
     op_barrier = op_bar
+
+    def bar_red(self, ins: Instr) -> None:
+        """__syncthreads_count/and/or: two CTA counters (threads voting true, threads taking part),
+        read before and after a round of atomic adds between barriers; the result is the difference,
+        so the counters never need resetting."""
+        mode = next((m for m in ins.mods if m in ("popc", "and", "or")), None)
+        if mode is None or len(ins.operands) != 3 or ins.operands[1] != Imm(0):
+            raise self.err("only bar.red.{popc,and,or} on barrier 0 with all threads is supported")
+        lay = self.layout
+        if "$bar.red" not in lay.symbols:
+            lay.symbols["$bar.red"] = lay.static_bytes
+            lay.entries.append(("shared", "__syncthreads_count/and/or counters", lay.static_bytes, 8))
+            lay.static_bytes += 8
+        at = lay.symbols["$bar.red"]
+        d, p = self.dst(ins.operands[0]), self.rsrc(ins.operands[2])
+        before = [self.emit("LD", self.tmp(), RZ, at + 4 * k) for k in (0, 1)]
+        self.out.append(V("BAR", line=self.line))
+        self.out.append(V("ATOM.ADD", RZ, RZ, p, imm=at, line=self.line))
+        self.out.append(V("ATOM.ADD", RZ, RZ, self.const(1), imm=at + 4, line=self.line))
+        self.out.append(V("BAR", line=self.line))
+        votes, members = (self.emit("SUB", self.tmp(), self.emit("LD", self.tmp(), RZ, at + 4 * k), before[k])
+                          for k in (0, 1))
+        if mode == "popc":
+            self.mov(d, votes)
+        elif mode == "or":
+            self.emit("SNE", d, votes, 0)
+        else:
+            self.emit("SEQ", d, votes, members)
 
     def op_call(self, ins: Instr) -> None:
         ret, fsym, args = ins.operands
