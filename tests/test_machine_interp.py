@@ -267,3 +267,9 @@ def test_votes_count_only_active_lanes():
     res = run(p, mem(), block=(7, 1))
     assert res.memory[:7] == [0b0101, 0b1000, 0b0101, 0b1000, 0b101, 0, 0b101]
     assert res.memory[16:23] == [1] * 4 + [1] * 3     # ALL false (even lanes), ANY true -> 0b01
+
+
+def test_listing_names_parameter_slots():
+    p = Program([blk([li(1, 0), li(2, 0)], I("ST", ra=1, rb=2))], param_slots=[(0, 0, 0, 0), (0, 1, -1, 0)])
+    text = format_program(p, ["out"])
+    assert "ADD r1, rz, 0   ; = out" in text and "ADD r2, rz, 0   ; = extern __shared__ base" in text

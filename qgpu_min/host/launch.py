@@ -177,7 +177,7 @@ def format_kernel(k: CompiledKernel) -> str:
     lines.append(f"  {lay.static_bytes:#06x}..        launch arrays, in parameter order"
                  + (", then extern __shared__ " + "/".join(sorted(lay.dynamic_shared)) if lay.dynamic_shared else "")
                  + ", up to the thread frames")
-    lines.append(format_program(k.program))
+    lines.append(format_program(k.program, [p.name for p in k.params]))
     return "\n".join(lines)
 
 

@@ -317,19 +317,24 @@ def mask_regs(mask: int) -> str:
     return ",".join(f"r{i}" for i in range(15) if mask >> i & 1) or "-"
 
 
-def format_program(program: Program) -> str:
-    """A readable listing: blocks, instructions, terminators, live-in/out, registers used."""
+def format_program(program: Program, param_names: list[str] | None = None) -> str:
+    """A readable listing: blocks, instructions, terminators, live-in/out, registers used; slots that
+    receive a parameter are marked with its name (``param_names``, else its index)."""
     used = 0
     lines = []
+    names = {-1: "extern __shared__ base"}
+    names.update(enumerate(param_names or []))
+    marks = {(bi, slot): f"   ; = {names.get(pi, f'parameter {pi}')}{' (high word)' if part else ''}"
+             for bi, slot, pi, part in program.param_slots}
     for i, b in enumerate(program.blocks):
         head = f"B{i}:  live_in {mask_regs(b.live_in)}  live_out {mask_regs(b.live_out)}"
         lines.append(head + (f"   ; {b.note}" if b.note else ""))
-        for ins in b.pre:
-            lines.append(f"    {ins}")
+        for k, ins in enumerate(b.pre):
+            lines.append(f"    {ins}{marks.get((i, k), '')}")
         if b.mem is not None:
             lines.append(f"  * {b.mem}")
-        for ins in b.post:
-            lines.append(f"    {ins}")
+        for k, ins in enumerate(b.post):
+            lines.append(f"    {ins}{marks.get((i, N_PRE + 1 + k), '')}")
         lines.append(f"    {b.term}")
         for ins in b.instrs():
             for r in (ins.rd, ins.ra, ins.rb, ins.rc):
