@@ -155,15 +155,19 @@ def compile_kernel(source: str | Path, kernel: str | None = None, compiler: str 
     module = parse_ptx(res.text)
     fn = select_kernel(module, kernel)
     lowered = lower(module, fn)
-    text = None
-    p = Path(source) if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source
-                                                     and len(source) < 4096) else None
-    if p is not None and p.suffix == ".cu" and p.is_file():
-        text = p.read_text()
-    elif isinstance(source, str) and "__global__" in source:
-        text = source
-    return CompiledKernel(fn.demangled.rsplit("::", 1)[-1] if fn.demangled else fn.name, _params(fn, text),
-                          lowered.program, lowered.layout, res.compiler, res.text)
+    return CompiledKernel(fn.demangled.rsplit("::", 1)[-1] if fn.demangled else fn.name,
+                          _params(fn, _cuda_text(source)), lowered.program, lowered.layout, res.compiler, res.text)
+
+
+def _cuda_text(source: str | Path) -> str | None:
+    """The CUDA source text, when the source is a .cu file or CUDA text (for parameter names and types)."""
+    if isinstance(source, str) and "__global__" in source:
+        return source
+    try:
+        p = Path(source)
+        return p.read_text() if p.suffix == ".cu" and p.is_file() else None
+    except (OSError, ValueError):
+        return None
 
 
 def format_kernel(k: CompiledKernel) -> str:
