@@ -111,3 +111,23 @@ def test_output_code_wins_by_a_wide_margin(built, model):
     assert b.tokens.names[order[0] - b.base_vocab] == "OUT0_244"  # 0xDEADBEEF + 5 = ...f4
     assert logits[order[0]] - logits[order[1]] > 10
     assert logits[order[0]] - logits[:b.base_vocab].max() > 100
+
+
+def test_circuit_only_checkpoint(tmp_path):
+    """The same circuit without any base layers: a vocabulary of circuit tokens and one no-op
+    full-attention layer; loads in the runtime and runs the demo exactly."""
+    from qgpu_min.circuit.compile import emit, plan
+    from qgpu_min.circuit.merge import Built, write_circuit_only
+    from qgpu_min.circuit.tokens import token_rows
+
+    d = demos.demo_circuit()
+    p = plan(d.circuit, keep=[ig for _, ig in d.out_code.pairs])
+    layers = emit(p, d.out_code)
+    path = write_circuit_only(tmp_path / "conly", layers, p.shape, token_rows(p, d.tokens))
+    cfg = json.loads((path / "config.json").read_text())
+    assert cfg["layer_types"][-1] == "full_attention" and cfg["vocab_size"] == len(d.tokens.names)
+    built = Built(path, d.tokens, 0, len(layers), 0.0, 0.0, [], [])
+    m = load_model(path, "fp32")
+    prompt = ["BEGIN"] + demos.word_tokens(0x80000000, 0) + demos.word_tokens(1, 4) + ["ALU_sra", "WRITE_5", "READ_5"]
+    assert demos.generate(m, built, prompt[:-2]) == demos.expected_output(0xC0000000)
+    assert demos.generate(m, built, prompt) == demos.expected_output(0x80000000)

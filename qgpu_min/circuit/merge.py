@@ -146,3 +146,55 @@ def build_merged(circuit: Circuit, toks: CircuitTokens, out_code: OutputCode, ba
     path = write_merged(base_dir, out_dir, layers, shape, token_rows(p, toks))
     return Built(path, toks, cfg.vocab_size, len(layers), min(g.tau for g in gates.values()), worst,
                  [lw.units for lw in layers], [lw.heads for lw in layers])
+
+
+def write_circuit_only(out_dir: str | Path, layers: list[LayerWeights], shape: BaseShape,
+                       token_rows: np.ndarray) -> Path:
+    """A checkpoint holding only the circuit: its layers, one no-op full-attention layer (transformers'
+    Qwen3.5 cache needs one; zero o_proj and down_proj make it an exact identity), and a vocabulary of the
+    circuit tokens alone (flat `Qwen3_5ForCausalLM` config, tensors under `model.`)."""
+    out_dir = Path(out_dir)
+    if token_rows.ndim != 2 or token_rows.shape[1] != shape.hidden:
+        raise CircuitError(f"circuit token rows must be [N, {shape.hidden}], got {list(token_rows.shape)}")
+    H, I, n = shape.hidden, shape.intermediate, len(layers)
+    heads, kv, hd = 8, 2, 256  # the published attention shapes; the layer is all zeros anyway
+    tensors: dict = {}
+    for i, lw in enumerate(layers):
+        tensors.update(layer_tensors(lw, shape, f"model.layers.{i}."))
+    q = f"model.layers.{n}."
+    zeros = {"self_attn.q_proj.weight": (2 * heads * hd, H), "self_attn.k_proj.weight": (kv * hd, H),
+             "self_attn.v_proj.weight": (kv * hd, H), "self_attn.o_proj.weight": (H, heads * hd),
+             "self_attn.q_norm.weight": (hd,), "self_attn.k_norm.weight": (hd,), "input_layernorm.weight": (H,),
+             "post_attention_layernorm.weight": (H,), "mlp.gate_proj.weight": (I, H), "mlp.up_proj.weight": (I, H),
+             "mlp.down_proj.weight": (H, I)}
+    for name, shp in zeros.items():
+        tensors[q + name] = ("BF16", shp, np.zeros(shp, np.uint16))
+    rows = f32_to_bf16(np.ascontiguousarray(token_rows, np.float32))
+    tensors["model.embed_tokens.weight"] = ("BF16", rows.shape, rows)
+    tensors["model.norm.weight"] = ("BF16", (H,), np.zeros(H, np.uint16))
+    config = {
+        "architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text", "hidden_size": H,
+        "intermediate_size": I, "layer_types": ["linear_attention"] * n + ["full_attention"],
+        "num_hidden_layers": n + 1, "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": hd,
+        "linear_num_key_heads": shape.heads, "linear_num_value_heads": shape.heads,
+        "linear_key_head_dim": shape.head_dim, "linear_value_head_dim": shape.head_dim,
+        "linear_conv_kernel_dim": shape.conv_kernel, "vocab_size": len(rows), "rms_norm_eps": shape.eps,
+        "hidden_act": "silu", "attention_bias": False, "attn_output_gate": True, "tie_word_embeddings": True,
+        "full_attention_interval": n + 1, "max_position_embeddings": 262144, "dtype": "bfloat16",
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25,
+                            "mrope_interleaved": True, "mrope_section": [11, 11, 10]},
+    }
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    try:
+        write_checkpoint_weights(tmp, tensors)
+        (tmp / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    os.replace(tmp, out_dir)
+    return out_dir
