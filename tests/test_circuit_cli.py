@@ -15,6 +15,12 @@ def test_circuit_report_lists_every_op():
     assert "demo circuit" in res.output
 
 
+def test_circuit_report_lanes():
+    res = CliRunner().invoke(main, ["circuit-report", "--no-mul", "--lanes"])
+    assert res.exit_code == 0, res.output
+    assert re.search(r"^4 lanes x 1 dependent op\(s\) \(no shifts\)\s+2\s", res.output, re.M)
+
+
 def test_selftest_quick_passes():
     res = CliRunner().invoke(main, ["selftest", "--quick"])
     last = res.output.strip().splitlines()[-1]

@@ -28,13 +28,19 @@ def selftest_command(quick: bool, seed: int) -> None:
 
 @click.command("circuit-report")
 @click.option("--no-mul", is_flag=True, help="Skip mul.lo (the slowest to compile).")
-def circuit_report_command(no_mul: bool) -> None:
+@click.option("--lanes", is_flag=True, help="Also measure 4-lane register-file + ALU datapaths (for the GPU).")
+def circuit_report_command(no_mul: bool, lanes: bool) -> None:
     """Print the cost of every library op (MLP layers, units, heads, residual dims) and of the demo circuit."""
     from .compile import plan
     from .demos import demo_circuit
-    from .report import cost_table, format_table
+    from .lib import ALU_OPS
+    from .report import cost_table, format_table, lanes_cost
 
     click.echo(format_table(cost_table(include_mul=not no_mul)))
+    if lanes:
+        no_shift = tuple(o for o in ALU_OPS if o not in ("shl", "shr", "sra"))
+        click.echo("\n" + format_table([lanes_cost(4, no_shift, 1), lanes_cost(4, no_shift, 2),
+                                         lanes_cost(4, ALU_OPS, 1), lanes_cost(4, ALU_OPS, 2)]))
     d = demo_circuit()
     p = plan(d.circuit, keep=[ig for _, ig in d.out_code.pairs])
     units = {L: 0 for L in range(p.n_layers)}

@@ -84,6 +84,22 @@ def alu_cost(shifter: str) -> Cost:
     return measure(f"fused ALU: {len(lib.ALU_OPS)} ops + select ({shifter})", c)
 
 
+def lanes_cost(lanes: int = 4, ops: tuple[str, ...] = lib.ALU_OPS, chain: int = 1) -> Cost:
+    """A GPU-like datapath: per lane a 16-register file in a DeltaNet memory (2 read ports), then `chain`
+    dependent fused-ALU ops (the first on the two register reads, each next on the previous result)."""
+    c = Circuit("lanes")
+    op, s1, s2 = c.input("op", len(ops)), c.input("src1", 16), c.input("src2", 16)
+    wa, wv = c.input("waddr", 18), c.input_word("wval")
+    for lane in range(lanes):
+        r, other = c.access(c.memory(f"regs{lane}", 16, (2,) * 32), wa, wv, [s1, s2])
+        for k in range(chain):
+            r = lib.alu(c, op, r, other, ops, (), f"alu{lane}.{k}")
+        for g in r:
+            c.output(g)
+    shifts = "" if {"shl", "shr", "sra"} & set(ops) else " (no shifts)"
+    return measure(f"{lanes} lanes x {chain} dependent op(s){shifts}", c)
+
+
 def cost_table(include_mul: bool = True) -> list[Cost]:
     rows = [_binary(k, f) for k, f in OPS.items() if include_mul or k != "mul.lo"]
     rows += [alu_cost("onehot"), alu_cost("barrel")]
@@ -92,8 +108,8 @@ def cost_table(include_mul: bool = True) -> list[Cost]:
 
 
 def format_table(rows: list[Cost]) -> str:
-    head = f"{'op':36} {'MLP layers':>10} {'units':>7} {'clears':>7} {'heads':>5} {'peak dims':>9}"
+    head = f"{'op':44} {'MLP layers':>10} {'units':>7} {'clears':>7} {'heads':>5} {'peak dims':>9}"
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r.name:36} {r.mlp_layers:>10} {r.units:>7} {r.clear_units:>7} {r.heads:>5} {r.peak_dims:>9}")
+        lines.append(f"{r.name:44} {r.mlp_layers:>10} {r.units:>7} {r.clear_units:>7} {r.heads:>5} {r.peak_dims:>9}")
     return "\n".join(lines)
