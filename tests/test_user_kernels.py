@@ -320,9 +320,10 @@ CASES.append(UCase("warp_sum32.cu", "warp_sum32", (((1, 1), (32, 1)),),
 
 # ---- second round: more idioms (recursion, local arrays, small types, locks, 64-bit atomics, intrinsics) --
 
-NO_INTRINSICS = ("__byte_perm, __funnelshift_l (also __usad, __mul24 in the same file) are CUDA math-API "
-                 "intrinsics the clang prelude does not declare: zig clang stops with 'use of undeclared "
-                 "identifier __byte_perm'")
+NO_BYTE_PERM = ("__byte_perm is a CUDA integer intrinsic the clang prelude does not declare: zig clang stops with "
+                "'use of undeclared identifier __byte_perm'")
+NO_FUNNEL = ("__funnelshift_l is a CUDA integer intrinsic the clang prelude does not declare: zig clang stops with "
+             "'use of undeclared identifier __funnelshift_l'")
 PRMT_REG = ("nvcc materialises the constant selector of __byte_perm(a, b, 0x3715) with `mov.u32 %r8, 14101` and "
             "emits `prmt.b32 %r9, %r7, %r6, %r8`; the lowering wants an immediate selector: LoweringError "
             "'prmt is supported with a constant selector in the default mode'")
@@ -330,8 +331,6 @@ SAD = "__usad compiles to `sad.u32`, which the lowering rejects: `sad` is not su
 ATOM64_ZIG = ("atomicAdd(unsigned long long*, unsigned long long) is not declared in the clang prelude "
               "(only int / unsigned overloads): zig clang reports no matching function for call to 'atomicAdd'")
 SYNC_COUNT_ZIG = "__syncthreads_count/_and/_or are not declared in the clang prelude (use of undeclared identifier)"
-SYNC_COUNT_NVCC = ("nvcc emits `bar.red.popc.u32` / `bar.red.and.pred` / `bar.red.or.pred`; the lowering rejects "
-                   "them with 'only barrier 0 with all threads (__syncthreads) is supported'")
 NAIVE_LOCK = ("spin-until-acquired lock inside one warp: the lane that wins the CAS leaves the loop to a higher "
               "PC and, with lowest-PC-first reconvergence (no independent thread scheduling), waits there while "
               "its warp-mates spin forever at the loop header: the launch stops at the step limit (QgpuError). "
@@ -386,29 +385,49 @@ CASES += [
           lambda r, g, b: [r.integers(-3, 4, 24), np.zeros(6, np.int64)],
           lambda a, g, b: {1: arr([f(arr(a[0])[k * 12:(k + 1) * 12]) for k in range(2)
                                    for f in (lambda s: (s > 0).sum(), lambda s: int((s != 0).all()), lambda s: int((s < 0).any()))])},
-          {"zig": SYNC_COUNT_ZIG, "nvcc": SYNC_COUNT_NVCC}),
-    UCase("intrinsics.cu", "funnel", (((1, 1), (32, 1)), ((2, 1), (8, 1))),
+          {"zig": SYNC_COUNT_ZIG}),
+    UCase("funnelshift.cu", None, (((1, 1), (32, 1)), ((2, 1), (8, 1))),
           lambda r, g, b: [r.integers(0, 2**32, 16), r.integers(0, 2**32, 16), np.zeros(16, np.int64), 16],
-          lambda a, g, b: {2: funnel_ref(a[0], a[1])}, {"zig": NO_INTRINSICS}),
-    UCase("intrinsics.cu", "mul24", (((1, 1), (16, 1)),),
+          lambda a, g, b: {2: funnel_ref(a[0], a[1])}, {"zig": NO_FUNNEL}),
+    UCase("mul24.cu", None, (((1, 1), (16, 1)),),
           lambda r, g, b: [edge_ints(r, 16), edge_ints(r, 16), np.zeros(16, np.int64), 16],
-          lambda a, g, b: {2: arr([s32((int(x) & 0x7FFFFF) * (int(y) & 0x3FF)) for x, y in zip(a[0], a[1])])},
-          {"zig": NO_INTRINSICS}),
-    UCase("intrinsics.cu", "byte_perm", (((1, 1), (16, 1)),),
+          lambda a, g, b: {2: arr([s32((int(x) & 0x7FFFFF) * (int(y) & 0x3FF)) for x, y in zip(a[0], a[1])])}),
+    UCase("byte_perm.cu", None, (((1, 1), (16, 1)),),
           lambda r, g, b: [r.integers(0, 2**32, 16), r.integers(0, 2**32, 16), np.zeros(16, np.int64), 16],
           lambda a, g, b: {2: arr([sum(((int(y) << 32 | int(x)) >> (8 * ((0x3715 >> (4 * k)) & 7)) & 0xFF) << (8 * k)
                                        for k in range(4)) for x, y in zip(a[0], a[1])])},
-          {"zig": NO_INTRINSICS, "nvcc": PRMT_REG}),
-    UCase("intrinsics.cu", "usad", (((1, 1), (16, 1)),),
+          {"zig": NO_BYTE_PERM, "nvcc": PRMT_REG}),
+    UCase("usad.cu", None, (((1, 1), (16, 1)),),
           lambda r, g, b: [r.integers(0, 2**32, 16), r.integers(0, 2**32, 16), np.zeros(16, np.int64), 16],
           lambda a, g, b: {2: arr([(abs(int(x) - int(y)) + 7) & 0xFFFFFFFF for x, y in zip(a[0], a[1])])},
-          {"zig": NO_INTRINSICS, "nvcc": SAD}),
+          {"nvcc": SAD}),
     UCase("vec_types.cu", "manhattan", (((1, 1), (16, 1)), ((2, 1), (4, 1))),
           lambda r, g, b: [r.integers(-10**5, 10**5, 16), r.integers(-10**5, 10**5, 16), np.zeros(8, np.int64), 8],
           lambda a, g, b: {2: np.abs(arr(a[0]) - arr(a[1])).reshape(8, 2).sum(1)}),
     UCase("vec_types.cu", "dot4", (((1, 1), (12, 1)), ((3, 1), (4, 1))),
           lambda r, g, b: [r.integers(-10**4, 10**4, 36), r.integers(-10**4, 10**4, 36), np.zeros(9, np.int64), 9],
           lambda a, g, b: {2: (arr(a[0]) * arr(a[1])).reshape(9, 4).sum(1)}),
+]
+
+
+# ---- third round: size_t indices, reference parameters, pointer walking, __device__ globals ----------
+
+def row_scan_ref(a, g, b):
+    rows, cols = a[2], a[1]
+    m = arr(a[0]).reshape(rows, cols)
+    tab = arr([3, 1, 4, 1, 5, 9, 2, 6])
+    out = np.cumsum(m, 1) + tab[np.arange(rows) & 7][:, None]
+    return {0: out.ravel(), 3: Perm(arr(range(rows)))}
+
+
+CASES += [
+    UCase("idioms.cu", "fma_sizet", (((1, 1), (32, 1)), ((3, 1), (8, 1))),
+          lambda r, g, b: [edge_ints(r, 22), edge_ints(r, 22), edge_ints(r, 22), 22],
+          lambda a, g, b: {2: arr([s32(int(x) * int(y) + int(z)) for x, y, z in zip(a[0], a[1], a[2])])}),
+    UCase("idioms.cu", "sort_triples", (((1, 1), (16, 1)), ((2, 1), (4, 1))),
+          lambda r, g, b: [edge_ints(r, 24), 8], lambda a, g, b: {0: np.sort(arr(a[0]).reshape(8, 3), 1).ravel()}),
+    UCase("idioms.cu", "row_scan", (((1, 1), (12, 1)), ((3, 1), (4, 1))),
+          lambda r, g, b: [r.integers(-10**6, 10**6, 60), 5, 12, np.zeros(12, np.int64)], row_scan_ref),
 ]
 
 
@@ -451,9 +470,9 @@ def _raises(reason: str, api: bool) -> type[BaseException]:
     """The exception an expected failure must raise: through the CLI always a failed assertion."""
     if not api or reason == WARP32:
         return AssertionError
-    if reason in (CLIMITS, NO_INTRINSICS, ATOM64_ZIG, SYNC_COUNT_ZIG):
+    if reason in (CLIMITS, NO_BYTE_PERM, NO_FUNNEL, ATOM64_ZIG, SYNC_COUNT_ZIG):
         return CudaCompileError
-    if reason in (PRMT_REG, SAD, SYNC_COUNT_NVCC):
+    if reason in (PRMT_REG, SAD):
         return LoweringError
     return StepLimitError  # NAIVE_LOCK, LOCK_ZIG
 
