@@ -90,23 +90,8 @@ def write_merged(base_dir: str | Path, out_dir: str | Path, layers: list[LayerWe
     text["layer_types"] = ["linear_attention"] * n + base_types
     text["num_hidden_layers"] = len(text["layer_types"])
     text["vocab_size"] = vocab + len(token_rows)
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    try:
-        write_checkpoint_weights(tmp, tensors)
-        (tmp / "config.json").write_text(json.dumps(raw, indent=4), encoding="utf-8")
-        for f in SIDE_FILES:
-            if (base_dir / f).exists():
-                shutil.copy2(base_dir / f, tmp / f)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)  # nothing half-written is left behind
-        raise
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.replace(tmp, out_dir)
-    return out_dir
+    side_files = [base_dir / f for f in SIDE_FILES if (base_dir / f).exists()]
+    return _write_checkpoint_dir(out_dir, tensors, raw, side_files)
 
 
 @dataclass
@@ -184,6 +169,12 @@ def write_circuit_only(out_dir: str | Path, layers: list[LayerWeights], shape: B
         "rope_parameters": {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25,
                             "mrope_interleaved": True, "mrope_section": [11, 11, 10]},
     }
+    return _write_checkpoint_dir(out_dir, tensors, config, [])
+
+
+def _write_checkpoint_dir(out_dir: Path, tensors: dict, config: dict, side_files: list[Path]) -> Path:
+    """Write weights, config.json and copies of `side_files` into `<out_dir>.tmp`, then rename it to out_dir:
+    an interrupted build leaves nothing half-written under the target name."""
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -191,6 +182,8 @@ def write_circuit_only(out_dir: str | Path, layers: list[LayerWeights], shape: B
     try:
         write_checkpoint_weights(tmp, tensors)
         (tmp / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+        for f in side_files:
+            shutil.copy2(f, tmp / f.name)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
