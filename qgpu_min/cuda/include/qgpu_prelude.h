@@ -5,10 +5,15 @@
  *   - the qualifiers __global__, __device__, __host__, __shared__, __constant__, __forceinline__;
  *   - threadIdx, blockIdx, blockDim, gridDim (read through __nvvm_read_ptx_sreg_*), warpSize = 4;
  *   - __syncthreads, __syncwarp, __threadfence*, the votes __all/__any/__ballot_sync, __activemask, __ldg;
- *   - atomicAdd/Sub/Min/Max/Exch/CAS/And/Or/Xor/Inc/Dec for int and unsigned int;
+ *   - atomicAdd/Sub/Min/Max/Exch/CAS/And/Or/Xor/Inc/Dec for int and unsigned int, and CUDA's 64-bit
+ *     forms: atomicAdd/Exch/CAS/And/Or/Xor/Min/Max for unsigned long long, atomicMin/Max for long long;
+ *   - __syncthreads_count, __syncthreads_and, __syncthreads_or;
  *   - __shfl_sync, __shfl_up_sync, __shfl_down_sync, __shfl_xor_sync (int and unsigned);
  *   - min, max, abs, __popc, __clz, __brev, __ffs (and their ...ll forms), __mulhi, __umulhi,
- *     __mul24, __umul24, __sad, __usad, __hadd, __rhadd, __uhadd, __urhadd; size_t, ptrdiff_t;
+ *     __mul24, __umul24, __sad, __usad, __hadd, __rhadd, __uhadd, __urhadd, __byte_perm,
+ *     __funnelshift_l/_r/_lc/_rc; size_t, ptrdiff_t;
+ *   - INT_MIN, INT_MAX, UINT_MAX, LLONG_MAX, ... (<limits.h>) and printf (<stdio.h>), which nvcc's
+ *     implicit headers also make available without an #include;
  *   - int2..int4, uint2..uint4 (and short/char forms) with make_* constructors, dim3.
  * Our machine's warp has 4 lanes, so warpSize is 4 and a shuffle's default width is 4.
  * nvcc does not use this file: it brings its own headers.
@@ -28,6 +33,10 @@
 #define __restrict__ __restrict
 
 #define QGPU_DEV static __device__ __forceinline__
+
+/* nvcc's cuda_runtime.h pulls these in, so kernels use INT_MIN or device printf without an #include. */
+#include <limits.h>
+#include <stdio.h>
 
 /* The basic C types a kernel may name without including anything (nvcc predefines them too). */
 typedef __SIZE_TYPE__ size_t;
@@ -98,6 +107,19 @@ static constexpr int warpSize = 4;
  * __shared__ variables move above it. An asm with a memory clobber pins every memory access in place. */
 QGPU_DEV void __qgpu_syncthreads(void) { asm volatile("bar.sync 0;" ::: "memory"); }
 #define __syncthreads() __qgpu_syncthreads()
+/* Block-wide votes (bar.red.popc/and/or). The empty asm statements around the builtin pin memory
+ * accesses on their side of the barrier, as __qgpu_syncthreads does. */
+#define QGPU_BAR_RED(NAME, BUILTIN)                                                             \
+  QGPU_DEV int NAME(int pred) {                                                                  \
+    asm volatile("" ::: "memory");                                                               \
+    int r = BUILTIN(pred);                                                                       \
+    asm volatile("" ::: "memory");                                                               \
+    return r;                                                                                    \
+  }
+QGPU_BAR_RED(__syncthreads_count, __nvvm_bar0_popc)
+QGPU_BAR_RED(__syncthreads_and, __nvvm_bar0_and)
+QGPU_BAR_RED(__syncthreads_or, __nvvm_bar0_or)
+#undef QGPU_BAR_RED
 QGPU_DEV void __syncwarp(unsigned int mask = 0xffffffffu) { __nvvm_bar_warp_sync(mask); }
 QGPU_DEV void __threadfence_block(void) { __nvvm_membar_cta(); }
 QGPU_DEV void __threadfence(void) { __nvvm_membar_gl(); }
@@ -155,6 +177,34 @@ QGPU_DEV int atomicXor(int *p, int v) { return __nvvm_atom_xor_gen_i(p, v); }
 QGPU_DEV unsigned int atomicXor(unsigned int *p, unsigned int v) {
   return (unsigned int)__nvvm_atom_xor_gen_i((int *)p, (int)v);
 }
+/* 64-bit forms: the overloads CUDA has (no signed atomicAdd, no 64-bit atomicSub/Inc/Dec). The
+ * i686 target aligns long long to 4 bytes, which clang refuses for 64-bit atomics; CUDA's are 8-aligned. */
+typedef unsigned long long __qgpu_u64;
+typedef long long __attribute__((aligned(8))) __qgpu_s64a;
+typedef unsigned long long __attribute__((aligned(8))) __qgpu_u64a;
+QGPU_DEV __qgpu_u64 atomicAdd(__qgpu_u64 *p, __qgpu_u64 v) {
+  return (__qgpu_u64)__nvvm_atom_add_gen_ll((__qgpu_s64a *)p, (long long)v);
+}
+QGPU_DEV __qgpu_u64 atomicExch(__qgpu_u64 *p, __qgpu_u64 v) {
+  return (__qgpu_u64)__nvvm_atom_xchg_gen_ll((__qgpu_s64a *)p, (long long)v);
+}
+/* not __atomic_compare_exchange_n as for int: with 8-byte operands clang 14 calls a libatomic function */
+QGPU_DEV __qgpu_u64 atomicCAS(__qgpu_u64 *p, __qgpu_u64 cmp, __qgpu_u64 v) {
+  return (__qgpu_u64)__nvvm_atom_cas_gen_ll((__qgpu_s64a *)p, (long long)cmp, (long long)v);
+}
+QGPU_DEV __qgpu_u64 atomicAnd(__qgpu_u64 *p, __qgpu_u64 v) {
+  return (__qgpu_u64)__nvvm_atom_and_gen_ll((__qgpu_s64a *)p, (long long)v);
+}
+QGPU_DEV __qgpu_u64 atomicOr(__qgpu_u64 *p, __qgpu_u64 v) {
+  return (__qgpu_u64)__nvvm_atom_or_gen_ll((__qgpu_s64a *)p, (long long)v);
+}
+QGPU_DEV __qgpu_u64 atomicXor(__qgpu_u64 *p, __qgpu_u64 v) {
+  return (__qgpu_u64)__nvvm_atom_xor_gen_ll((__qgpu_s64a *)p, (long long)v);
+}
+QGPU_DEV long long atomicMin(long long *p, long long v) { return __nvvm_atom_min_gen_ll((__qgpu_s64a *)p, v); }
+QGPU_DEV long long atomicMax(long long *p, long long v) { return __nvvm_atom_max_gen_ll((__qgpu_s64a *)p, v); }
+QGPU_DEV __qgpu_u64 atomicMin(__qgpu_u64 *p, __qgpu_u64 v) { return __nvvm_atom_min_gen_ull((__qgpu_u64a *)p, v); }
+QGPU_DEV __qgpu_u64 atomicMax(__qgpu_u64 *p, __qgpu_u64 v) { return __nvvm_atom_max_gen_ull((__qgpu_u64a *)p, v); }
 QGPU_DEV unsigned int atomicInc(unsigned int *p, unsigned int v) { return __nvvm_atom_inc_gen_ui(p, v); }
 QGPU_DEV unsigned int atomicDec(unsigned int *p, unsigned int v) { return __nvvm_atom_dec_gen_ui(p, v); }
 
@@ -232,6 +282,28 @@ QGPU_DEV int __hadd(int a, int b) { return (int)(((long long)a + b) >> 1); }
 QGPU_DEV int __rhadd(int a, int b) { return (int)(((long long)a + b + 1) >> 1); }
 QGPU_DEV unsigned int __uhadd(unsigned int a, unsigned int b) { return (unsigned int)(((unsigned long long)a + b) >> 1); }
 QGPU_DEV unsigned int __urhadd(unsigned int a, unsigned int b) { return (unsigned int)(((unsigned long long)a + b + 1) >> 1); }
+/* __byte_perm: result byte i is byte ((s >> 4i) & 7) of the pair {y:x} (x holds bytes 0-3); written in
+ * plain C so any selector works, and a constant one folds to shifts and masks (or prmt). */
+QGPU_DEV unsigned int __byte_perm(unsigned int x, unsigned int y, unsigned int s) {
+  unsigned long long pair = ((unsigned long long)y << 32) | x;
+  unsigned int r = 0;
+  for (int i = 0; i < 4; ++i) r |= (unsigned int)((pair >> (8 * ((s >> (4 * i)) & 7))) & 0xffu) << (8 * i);
+  return r;
+}
+/* Funnel shifts of the pair {hi:lo}: _l gives the high word of it << n, _r the low word of it >> n;
+ * the plain forms take n & 31, the _c forms clamp n to 32. */
+QGPU_DEV unsigned int __funnelshift_l(unsigned int lo, unsigned int hi, unsigned int n) {
+  return (unsigned int)(((((unsigned long long)hi << 32) | lo) << (n & 31)) >> 32);
+}
+QGPU_DEV unsigned int __funnelshift_lc(unsigned int lo, unsigned int hi, unsigned int n) {
+  return (unsigned int)(((((unsigned long long)hi << 32) | lo) << (n < 32 ? n : 32)) >> 32);
+}
+QGPU_DEV unsigned int __funnelshift_r(unsigned int lo, unsigned int hi, unsigned int n) {
+  return (unsigned int)((((unsigned long long)hi << 32) | lo) >> (n & 31));
+}
+QGPU_DEV unsigned int __funnelshift_rc(unsigned int lo, unsigned int hi, unsigned int n) {
+  return (unsigned int)((((unsigned long long)hi << 32) | lo) >> (n < 32 ? n : 32));
+}
 
 #undef QGPU_DEV
 #endif /* QGPU_PRELUDE_H */
