@@ -598,9 +598,31 @@ def test_not_ptx():
     ("plain_c_name", "plain_c_name"),
     ("_Z", "_Z"),
     ("_Z99short", "_Z99short"),
+    ("_Z5scaleILi3EEvPii", "scale"),
+    ("_ZN2ns3fooILi12EEEvPi", "ns::foo"),
+    ("_ZN3FooIiE3barEv", "Foo::bar"),
 ])
 def test_demangle(mangled, plain):
     assert demangle(mangled) == plain
+
+
+@pytest.mark.parametrize("mangled, full", [
+    ("_Z5scaleILi3EEvPii", "scale<3>"),
+    ("_Z5scaleILin7EEvPii", "scale<-7>"),
+    ("_Z9block_sumILi16EEvPKiPi", "block_sum<16>"),
+    ("_Z2tkIiEvPT_", "tk<int>"),
+    ("_ZN2ns3fooILi12EEEvPi", "ns::foo<12>"),
+    ("_ZN3FooIiE3barEv", "Foo<int>::bar"),
+    ("_Z1fILj4ELb1ELs3ELy5EEvv", "f<4u, true, (short)3, 5ull>"),
+    ("_Z1fIPKijEvv", "f<int const*, unsigned int>"),
+    ("_Z1fI3BoxI4PairIiiEEEvv", "f<Box<Pair<int, int> > >"),
+    ("_Z4vaddPKiS0_Pii", "vadd"),
+    # arguments beyond literals and simple types (a substitution): the base name, as without template_args
+    ("_Z1fI4PairIiS0_EEvv", "f"),
+    ("_Z", "_Z"),
+])
+def test_demangle_with_template_args(mangled, full):
+    assert demangle(mangled, template_args=True) == full
 
 
 def _module_with(*names: str):
@@ -615,6 +637,21 @@ def test_select_kernel_errors_list_the_kernels():
     with pytest.raises(KernelSelectError, match="2 kernels; choose one with --kernel"):
         select_kernel(m, None)
     assert select_kernel(m, "sub").name == "_Z3subPi"
+
+
+def test_select_kernel_by_template_arguments():
+    m = _module_with("_Z5scaleILi3EEvPii", "_Z5scaleILin7EEvPii", "_Z9block_sumILi16EEvPKiPi",
+                     "_ZN2ns3fooILi2EEEvPi")
+    assert select_kernel(m, "scale<3>").name == "_Z5scaleILi3EEvPii"
+    assert select_kernel(m, "scale< -7 >").name == "_Z5scaleILin7EEvPii"
+    assert select_kernel(m, "block_sum").name == "_Z9block_sumILi16EEvPKiPi"   # one instantiation
+    assert select_kernel(m, "block_sum<16>").name == "_Z9block_sumILi16EEvPKiPi"
+    assert select_kernel(m, "foo<2>").name == select_kernel(m, "ns::foo<2>").name == "_ZN2ns3fooILi2EEEvPi"
+    with pytest.raises(KernelSelectError, match=r"'scale' is ambiguous.*scale<3> \(_Z5scaleILi3EEvPii\), "
+                                                r"scale<-7> \(_Z5scaleILin7EEvPii\); pass the name with its tem"):
+        select_kernel(m, "scale")
+    with pytest.raises(KernelSelectError, match=r"no kernel named 'scale<4>'.*block_sum<16> \(_Z9block"):
+        select_kernel(m, "scale<4>")
 
 
 def test_select_kernel_overloads_are_ambiguous():
@@ -766,6 +803,24 @@ def _bits_expected(a, b, s) -> list[int]:
         out += [_byte_perm(x, y, 0x3715), _byte_perm(x, y, n), ((pair << (n & 31)) >> 32) & 0xFFFFFFFF,
                 (pair >> (n & 31)) & 0xFFFFFFFF, ((pair << c) >> 32) & 0xFFFFFFFF, (pair >> c) & 0xFFFFFFFF]
     return out
+
+
+TEMPLATE_SRC = r"""
+template <int N> __global__ void scale(int *a, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) a[i] = a[i] * N + N;
+}
+template __global__ void scale<3>(int *, int);
+template __global__ void scale<-7>(int *, int);
+"""
+
+
+@pytest.mark.parametrize("setting", _zig_and_nvcc())
+@pytest.mark.parametrize("kernel, factor", [("scale<3>", 3), ("scale<-7>", -7)])
+def test_template_kernel_selected_by_demangled_name(setting, kernel, factor):
+    a = np.arange(-5, 7)
+    out = _run(TEMPLATE_SRC, kernel, setting, [a, len(a)], block=(16, 1))
+    assert out["a"].tolist() == (a * factor + factor).tolist()
 
 
 NVCC_PRMT = ("nvcc keeps __byte_perm's selector in a register (`prmt.b32 %r, %r, %r, %r`), which the lowering "

@@ -11,7 +11,8 @@ Operands: Reg, SReg, Imm, FloatImm, Sym, Mem, Vec, and Pair for nvcc's two-desti
 `%r1|%p1` (shfl.sync and setp write a value and a predicate). `call` has operands
 (Vec of return params or None, Sym(function), Vec of argument params). Jump tables
 (`.branchtargets`, used by `brx.idx`) go to `Function.branch_targets`. `.loc`, `.file`, `.pragma`,
-`.section` and comments are skipped. `select_kernel` picks a kernel by plain, mangled or demangled name.
+`.section` and comments are skipped. `select_kernel` picks a kernel by plain, mangled or demangled name,
+with template arguments (`scale<3>`) or without them where that is unambiguous.
 """
 
 from __future__ import annotations
@@ -734,8 +735,65 @@ def _source_name(mangled: str, i: int) -> tuple[str, int]:
     return mangled[start : start + n], start + n
 
 
+# Itanium codes of the builtin types, and how c++filt writes an integer literal of each (`Li3E` -> 3,
+# `Lj3E` -> 3u); other literal types print as a cast, `(short)3`.
+_BUILTIN_TYPES = {
+    "v": "void", "b": "bool", "c": "char", "a": "signed char", "h": "unsigned char", "s": "short",
+    "t": "unsigned short", "i": "int", "j": "unsigned int", "l": "long", "m": "unsigned long",
+    "x": "long long", "y": "unsigned long long", "f": "float", "d": "double",
+}
+_LITERAL_SUFFIX = {"i": "", "j": "u", "l": "l", "m": "ul", "x": "ll", "y": "ull"}
+
+
+def _template_type(mangled: str, i: int) -> tuple[str, int]:
+    """A simple type inside template arguments: builtin, named (with its own arguments), P/K/R/O-qualified."""
+    c = mangled[i]
+    if c in _BUILTIN_TYPES:
+        return _BUILTIN_TYPES[c], i + 1
+    if c in "PRO":
+        inner, j = _template_type(mangled, i + 1)
+        return inner + {"P": "*", "R": "&", "O": "&&"}[c], j
+    if c == "K":
+        inner, j = _template_type(mangled, i + 1)
+        return inner + " const", j
+    if c.isdigit():
+        name, j = _source_name(mangled, i)
+        if mangled[j : j + 1] == "I":
+            args, j = _template_args(mangled, j)
+            name += args
+        return name, j
+    raise ValueError(f"template argument type {c!r} is not demangled")
+
+
+def _template_arg(mangled: str, i: int) -> tuple[str, int]:
+    if mangled[i] != "L":
+        return _template_type(mangled, i)
+    code = mangled[i + 1]
+    m = re.match(r"(n?)(\d+)E", mangled[i + 2 :])
+    if code not in _BUILTIN_TYPES or m is None:
+        raise ValueError("template literal is not an integer")
+    value = ("-" if m.group(1) else "") + m.group(2)
+    if code == "b":
+        text = {"0": "false", "1": "true"}.get(value, f"(bool){value}")
+    elif code in _LITERAL_SUFFIX:
+        text = value + _LITERAL_SUFFIX[code]
+    else:
+        text = f"({_BUILTIN_TYPES[code]}){value}"
+    return text, i + 2 + m.end()
+
+
+def _template_args(mangled: str, i: int) -> tuple[str, int]:
+    """`I ... E` starting at mangled[i] == 'I', as c++filt writes it: `ILi3EE` -> '<3>'."""
+    args, i = [], i + 1
+    while mangled[i] != "E":
+        arg, i = _template_arg(mangled, i)
+        args.append(arg)
+    text = ", ".join(args)
+    return f"<{text}{' ' if text.endswith('>') else ''}>", i + 1
+
+
 def _skip_template_args(mangled: str, i: int) -> int:
-    """Skip `I ... E` (nested) starting at mangled[i] == 'I'."""
+    """Skip `I ... E` (nested) starting at mangled[i] == 'I', whatever the arguments are."""
     depth = 0
     while i < len(mangled):
         c = mangled[i]
@@ -748,14 +806,18 @@ def _skip_template_args(mangled: str, i: int) -> int:
         elif c.isdigit():  # a length-prefixed name inside the arguments may contain 'I'/'E'
             _, i = _source_name(mangled, i)
             continue
+        elif c == "L":  # a literal, `Li3E`: its digits are a value, not a name's length
+            i = mangled.index("E", i)
         i += 1
     raise ValueError("unterminated template arguments")
 
 
-def demangle(name: str) -> str:
-    """Base name of an Itanium-mangled function: `_Z4manyPiPjij` -> 'many', `_ZN2ns3fooEv` -> 'ns::foo'.
+def demangle(name: str, template_args: bool = False) -> str:
+    """Name of an Itanium-mangled function: `_Z4manyPiPjij` -> 'many', `_ZN2ns3fooEv` -> 'ns::foo'.
 
-    Only the name is recovered (not parameter types); names that are not mangled come back unchanged.
+    Parameter types are not recovered. Template arguments are dropped (`_Z5scaleILi3EEvPii` -> 'scale'),
+    or with `template_args` kept as c++filt writes them ('scale<3>') where they are integer literals or
+    simple types; names that are not mangled, or not understood, come back unchanged.
     """
     if not name.startswith("_Z"):
         return name
@@ -763,31 +825,51 @@ def demangle(name: str) -> str:
         i = 2
         if name[i : i + 1] == "L":
             i += 1
-        if name[i : i + 1] != "N":
-            return _source_name(name, i)[0]
-        i += 1
-        while name[i] in "rVKRO":  # cv- and ref-qualifiers of a member function
+        nested = name[i : i + 1] == "N"
+        if nested:
             i += 1
-        parts = []
-        while name[i] != "E":
-            if name[i] == "I":
-                i = _skip_template_args(name, i)
-                continue
+            while name[i] in "rVKRO":  # cv- and ref-qualifiers of a member function
+                i += 1
+        parts: list[str] = []
+        while True:
             part, i = _source_name(name, i)
+            if name[i : i + 1] == "I" and template_args:
+                args, i = _template_args(name, i)
+                part += args
+            elif name[i : i + 1] == "I" and nested:  # arguments of a qualifier: Foo<int>::bar
+                i = _skip_template_args(name, i)
             parts.append(part)
-        return "::".join(parts)
-    except (ValueError, IndexError):
-        return name
+            if not nested or name[i] == "E":
+                return "::".join(parts)
+    except (ValueError, IndexError, KeyError):
+        return demangle(name) if template_args else name
 
 
 def _describe(fns: list[Function]) -> str:
     if not fns:
         return "none"
-    return ", ".join(f.demangled if f.demangled == f.name else f"{f.demangled} ({f.name})" for f in fns)
+    return ", ".join(f"{demangle(f.name, True)} ({f.name})" if f.demangled != f.name else f.name for f in fns)
+
+
+def _squeeze(name: str) -> str:
+    """A name without spaces, so 'scale< 3 >' and 'pair<int,int>' match c++filt's spelling."""
+    return re.sub(r"\s+", "", name)
+
+
+def _names_of(fn: Function, template_args: bool) -> set[str]:
+    """The names a kernel answers to: qualified and unqualified, with or without template arguments."""
+    full = _squeeze(demangle(fn.name, template_args))
+    depth, last = 0, 0
+    for j, c in enumerate(full):  # the last '::' outside template arguments starts the unqualified name
+        depth += {"<": 1, ">": -1}.get(c, 0)
+        if depth == 0 and full.startswith("::", j):
+            last = j + 2
+    return {full, full[last:]}
 
 
 def select_kernel(module: PtxModule, name: str | None) -> Function:
-    """The kernel called `name` (mangled, plain or demangled), or the only kernel when name is None."""
+    """The kernel called `name`: mangled, plain or demangled, with template arguments ('scale<3>') or
+    without them when that names one kernel; the only kernel when name is None."""
     kernels = module.kernels
     if name is None:
         if len(kernels) == 1:
@@ -798,10 +880,12 @@ def select_kernel(module: PtxModule, name: str | None) -> Function:
     exact = [k for k in kernels if k.name == name]
     if exact:
         return exact[0]
-    by_base = [k for k in kernels if k.demangled == name or k.demangled.rsplit("::", 1)[-1] == name]
-    if len(by_base) == 1:
-        return by_base[0]
-    if len(by_base) > 1:
+    wanted = _squeeze(name)
+    found = [k for k in kernels if wanted in _names_of(k, "<" in wanted)]
+    if len(found) == 1:
+        return found[0]
+    if len(found) > 1:
         raise KernelSelectError(
-            f"kernel name {name!r} is ambiguous (overloads): {_describe(by_base)}; pass the mangled name")
+            f"kernel name {name!r} is ambiguous (overloads or template instantiations): {_describe(found)}; "
+            f"pass the name with its template arguments (as listed) or the mangled name")
     raise KernelSelectError(f"no kernel named {name!r}. Available kernels: {_describe(kernels)}")
