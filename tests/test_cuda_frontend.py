@@ -806,6 +806,7 @@ def _bits_expected(a, b, s) -> list[int]:
 
 
 TEMPLATE_SRC = r"""
+#include "device_launch_parameters.h"
 template <int N> __global__ void scale(int *a, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) a[i] = a[i] * N + N;
