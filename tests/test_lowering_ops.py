@@ -397,3 +397,58 @@ def test_64_bit_bit_counts(compiler):
     a[:3], b[:3] = [0, 0, 1], [0, 5, 0]
     want = list(map(list, zip(*[ref_llbits(x, y) for x, y in zip(a, b)])))
     check(run_ops(LLBITS, compiler, a, b, 3), want, a, b)
+
+
+CONSTREG = r"""
+__device__ __forceinline__ int prmt_r(int a, int b, int s) { int r; asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(s)); return r; }
+__device__ __forceinline__ int bfe_r(int a, int p, int l) { int r; asm("bfe.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(p), "r"(l)); return r; }
+__device__ __forceinline__ int sads(int a, int b, int c) { int r; asm("sad.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c)); return r; }
+__device__ __forceinline__ int sadu(int a, int b, int c) { int r; asm("sad.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c)); return r; }
+__global__ void creg(const int *a, const int *b, int *o, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  int x = a[i], y = b[i];
+  o[0 * n + i] = prmt_r(x, y, 0x3715);      // the selector reaches prmt in a register set by mov
+  o[1 * n + i] = prmt_r(x, y, 0x8B40);
+  o[2 * n + i] = bfe_r(x, 7, 13);
+  o[3 * n + i] = sads(x, y, x >> 4);
+  o[4 * n + i] = sadu(x, y, 12345);
+}
+"""
+
+
+def prmt_ref(x, y, sel):
+    bytes_ = list((x & M32).to_bytes(4, "little")) + list((y & M32).to_bytes(4, "little"))
+    out = 0
+    for k in range(4):
+        s = sel >> (4 * k) & 15
+        v = bytes_[s & 7]
+        out |= ((0xFF if v >> 7 else 0) if s & 8 else v) << (8 * k)
+    return s32(out)
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_constant_controls_in_registers_and_sad(compiler):
+    rng = random.Random(11)
+    a, b = rand_s32(rng, 40), rand_s32(rng, 40)
+    a[:3], b[:3] = [-(1 << 31), (1 << 31) - 1, 0], [(1 << 31) - 1, -(1 << 31), -1]
+    want = [[prmt_ref(x, y, 0x3715) for x, y in zip(a, b)], [prmt_ref(x, y, 0x8B40) for x, y in zip(a, b)],
+            [(x & M32) >> 7 & 0x1FFF for x in a], [s32(abs(x - y) + (x >> 4)) for x, y in zip(a, b)],
+            [s32(abs((x & M32) - (y & M32)) + 12345) for x, y in zip(a, b)]]
+    check(run_ops(CONSTREG, compiler, a, b, 5), want, a, b)
+
+
+RUNTIME_SEL = r"""
+__global__ void rsel(const int *a, const int *b, int *o, int n) {
+  int i = threadIdx.x, r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a[i]), "r"(a[i]), "r"(b[i]));
+  o[i] = r;
+}
+"""
+
+
+def test_prmt_with_a_run_time_selector_is_a_clear_error():
+    from qgpu_min.cuda.lower_ir import LoweringError
+    with pytest.raises(LoweringError, match=r"unsupported instruction `prmt\.b32 .*` at line \d+: the selector %r\d+ "
+                                            r"is not a known constant"):
+        compile_kernel(RUNTIME_SEL, compiler="zig")

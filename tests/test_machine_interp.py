@@ -107,6 +107,35 @@ def test_barrier_across_warps_orders_writes():
     assert res.memory[8:16] == [(t + 1) % 8 + 1 for t in range(8)]
 
 
+def test_backward_branch_passes_to_the_next_warp():
+    # thread 0 spins on word 0 (B1 branches back to itself) until thread 4, in warp 1, stores 1 there
+    p = Program([blk([tid(1), I("SEQ", 2, 1, ZERO)], term=Term("BR", 2, 1, 3)),
+                 blk([], I("LD", 3, ZERO), [I("SEQ", 4, 3, ZERO)], Term("BR", 4, 1, 2)),
+                 blk([li(5, 9)], I("ST", ra=ZERO, rb=5, imm=4)),
+                 blk([I("SEQ", 2, 1, imm=4, bimm=True)], term=Term("BR", 2, 4, 5)),
+                 blk([li(5, 1)], I("ST", ra=ZERO, rb=5)),
+                 blk()])
+    res = run(p, mem(), block=(8, 1), step_limit=100, trace=True)
+    assert res.memory[:2] == [1, 9]
+    # warp 0: B0, B1 (back edge: turn ends); warp 1: B0, B3, B4, B5; warp 0: B1 (sees the flag), B2, B3, B5
+    assert res.trace == [(0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 3), (0, 1, 4), (0, 1, 5),
+                         (0, 0, 1), (0, 0, 2), (0, 0, 3), (0, 0, 5)]
+
+
+def test_back_edges_rotate_round_robin_and_forward_code_runs_to_the_end():
+    # every thread loops twice (B1 -> B1), then exits; 3 warps alternate turns at each back edge
+    p = Program([blk([li(1, 2)], term=Term("JMP", taken=1)),
+                 blk([I("SUB", 1, 1, imm=1, bimm=True)], term=Term("BR", 1, 1, 2)),
+                 blk()])
+    res = run(p, mem(), block=(12, 1), trace=True)
+    assert [(w, b) for _, w, b in res.trace] == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1),
+                                                 (0, 1), (0, 2), (1, 1), (1, 2), (2, 1), (2, 2)]
+    # a BAR still holds a warp until all arrive; a warp without back edges keeps its turn to the barrier
+    q = Program([blk(term=Term("JMP", taken=1)), blk(term=Term("BAR")), blk()])
+    res = run(q, mem(), block=(8, 1), trace=True)
+    assert [(w, b) for _, w, b in res.trace] == [(0, 0), (0, 1), (1, 0), (1, 1), (0, 2), (1, 2)]
+
+
 def test_barrier_with_exited_warp_releases():
     # threads >= 4 exit at once; warp 0 passes a BAR alone
     p = Program([blk([tid(1), I("SLTU", 2, 1, imm=4, bimm=True)], term=Term("BR", 2, 1, 3)),

@@ -156,7 +156,7 @@ def lower(module: PtxModule, kernel: Function) -> Lowered:
         for k, (pre, mem, post) in enumerate(chunks):
             lines = sorted({v.line for _, v in pre + post + ([mem] if mem else []) if v.line})
             blk = Block([i for i, _ in pre], mem[0] if mem else None, [i for i, _ in post],
-                        note=("PTX lines " + ",".join(map(str, lines))) if lines else "")
+                        note=("PTX lines " + ",".join(map(str, lines))) if lines else "", lines=tuple(lines))
             idx = len(machine)
             for slot, (_, v) in list(enumerate(pre)) + [(N_PRE + 1 + j, x) for j, x in enumerate(post)]:
                 if v.param is not None:

@@ -3,11 +3,43 @@ from __future__ import annotations
 
 from .lower_arith import brev, clz, popc
 from .lower_ir import M32, RZ, instr_type
-from .ptx import Instr
+from .ptx import Function, Imm, Instr, Pair, Reg, Vec
+
+
+def _written(o) -> list[str]:
+    """Register names an instruction's first operand names (a superset of what it writes)."""
+    if isinstance(o, Reg):
+        return [o.name]
+    if isinstance(o, Vec):
+        return [x.name for x in o.items if isinstance(x, Reg)]
+    if isinstance(o, Pair):
+        return [x.name for x in (o.first, o.second) if isinstance(x, Reg)]
+    return []
+
+
+def constant_registers(fn: Function) -> dict[str, int]:
+    """Registers whose ONLY definition in fn is an unguarded `mov` of an immediate: their value is that
+    constant wherever they are read (nvcc materialises constant controls this way: `mov.u32 %r8, 14101;
+    prmt.b32 %r9, %r7, %r6, %r8;`)."""
+    defs: dict[str, list[Instr]] = {}
+    for ins in fn.body:
+        if isinstance(ins, Instr):
+            for r in _written(ins.operands[0]) if ins.operands else ():
+                defs.setdefault(r, []).append(ins)
+    return {r: d[0].operands[1].value & M32 for r, d in defs.items()
+            if len(d) == 1 and d[0].opcode == "mov" and d[0].pred is None and isinstance(d[0].operands[1], Imm)}
 
 
 class BitOps:
     """Mixin for lower_ops.Lowerer."""
+
+    def const_src(self, o) -> int | str:
+        """src(o), or the constant a register holds when constant_registers says it has one."""
+        if isinstance(o, Reg):
+            value = constant_registers(self.scope.fn).get(o.name)
+            if value is not None:
+                return value
+        return self.src(o)
 
     def op_shf(self, ins: Instr) -> None:
         """Funnel shift of the 64-bit pair {b:a}: shf.l gives the high word of it << n, shf.r the low
@@ -73,9 +105,10 @@ class BitOps:
     def op_bfe(self, ins: Instr) -> None:
         kind, w = instr_type(ins)
         d, a, pos, ln = ins.operands[:4]
-        pos, ln = self.src(pos), self.src(ln)
+        pos, ln = self.const_src(pos), self.const_src(ln)
         if w != 32 or not isinstance(pos, int) or not isinstance(ln, int):
-            raise self.err("bfe is supported on 32-bit values with constant position and length")
+            raise self.err("bfe is supported on 32-bit values with constant position and length (an immediate "
+                           "or a register set once by `mov` of one)")
         pos, ln, d, a = pos & 255, ln & 255, self.dst(d), self.rsrc(a)
         if ln == 0 or (pos >= 32 and kind == "u"):
             self.mov(d, 0)
@@ -88,9 +121,10 @@ class BitOps:
 
     def op_bfi(self, ins: Instr) -> None:
         d, f, b, pos, ln = ins.operands[:5]
-        pos, ln = self.src(pos), self.src(ln)
+        pos, ln = self.const_src(pos), self.const_src(ln)
         if not isinstance(pos, int) or not isinstance(ln, int) or instr_type(ins)[1] != 32:
-            raise self.err("bfi is supported on 32-bit values with constant position and length")
+            raise self.err("bfi is supported on 32-bit values with constant position and length (an immediate "
+                           "or a register set once by `mov` of one)")
         pos, ln, d = pos & 255, ln & 255, self.dst(d)
         if ln == 0 or pos >= 32:
             self.mov(d, self.src(b))
@@ -103,9 +137,13 @@ class BitOps:
 
     def op_prmt(self, ins: Instr) -> None:
         d, a, b, c = ins.operands[:4]
-        sel = self.src(c)
-        if not isinstance(sel, int) or any(m in ins.mods for m in ("f4e", "b4e", "rc8", "ecl", "ecr", "rc16")):
-            raise self.err("prmt is supported with a constant selector in the default mode")
+        sel = self.const_src(c)
+        if any(m in ins.mods for m in ("f4e", "b4e", "rc8", "ecl", "ecr", "rc16")):
+            raise self.err("prmt is supported in the default mode only (not f4e, b4e, rc8, ecl, ecr, rc16)")
+        if not isinstance(sel, int):
+            raise self.err(f"the selector {c.name if isinstance(c, Reg) else c} is not a known constant: prmt needs "
+                           "an immediate or a register set once by `mov` of one (a selector computed at run "
+                           "time is not supported)")
         srcs = (self.rsrc(a), self.rsrc(b))
         acc = RZ
         for i in range(4):

@@ -115,7 +115,8 @@ class MemOps:
 
     def _atom64(self, ins: Instr, op: str, kind: str, returns: bool) -> None:
         """A 64-bit atomic as a read-modify-write of two words, one lane at a time. Atomic because a
-        warp keeps the machine until it reaches a barrier or exits (isa: scheduling)."""
+        warp's turn ends only at a barrier, exit or backward branch (isa: scheduling) and each lane's
+        read-modify-write has only forward branches; the loop's back edge lies between two lanes'."""
         if op in ("INC", "DEC"):
             raise self.err("64-bit atomic inc/dec is not supported")
         ops = ins.operands

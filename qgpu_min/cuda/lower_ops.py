@@ -482,6 +482,17 @@ class Lowerer(WideOps, BitOps, MemOps):
         t = self.emit("XOR", self.tmp(), x, s)
         self.emit("SUB", self.dst(ins.operands[0]), t, s)
 
+    def op_sad(self, ins: Instr) -> None:
+        """d = c + |a - b| (__sad, __usad): max(a, b) - min(a, b) in the instruction's signedness."""
+        kind, w, d, a, b = self._binop(ins)
+        if w == 64:
+            raise self.err("64-bit sad is not supported")
+        a, b = self.reg(self.ext(a, kind, w)), self.reg(self.ext(b, kind, w))
+        big = self.emit("MAX" if kind == "s" else "MAXU", self.tmp(), a, b)
+        small = self.emit("MIN" if kind == "s" else "MINU", self.tmp(), a, b)
+        t = self.emit("SUB", self.tmp(), big, small)
+        self.alu("ADD", d, t, self.src(ins.operands[3]))
+
     def _minmax(self, ins: Instr, signed_op: str) -> None:
         kind, w, d, a, b = self._binop(ins)
         if w == 64:

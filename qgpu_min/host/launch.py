@@ -218,6 +218,33 @@ def _bind(program: Program, values: list[int], dynamic_shared: int) -> Program:
     return Program(blocks, list(program.param_slots))
 
 
+STEP_LIMIT_CAUSES = (
+    "Likely causes: a spin lock that lanes of ONE warp contend for (`while (atomicCAS(lock, 0, 1) != 0) {}` run "
+    "by several lanes of a warp), warp-synchronous code written for 32-lane warps, or a wait for a value no "
+    "thread writes; this machine has 4-lane "
+    "warps without independent thread scheduling (a warp runs its lowest-PC lanes first), so the lane holding "
+    "the lock never runs again. Take a lock from one lane per warp (`if (threadIdx.x % warpSize == 0)`; "
+    "docs/machine.md), or raise the step limit (--step-limit) if the kernel only needs more steps")
+
+
+def _where(kernel: CompiledKernel, block: int) -> str:
+    """', PTX line N: `text`' for the block's first instruction (the nearest block that has one), plus the
+    CUDA source line from the PTX's `.loc` directives when it has them."""
+    blocks = kernel.program.blocks
+    near = sorted(range(len(blocks)), key=lambda i: (i < block, abs(i - block)))   # this one, later, earlier
+    line = next((blocks[i].lines[0] for i in near if blocks[i].lines), None)
+    if line is None:
+        return ""
+    text = kernel.ptx.splitlines()
+    out = f", PTX line {line}: `{' '.join(text[line - 1].split())}`"
+    files = dict(re.findall(r'^\s*\.file\s+(\d+)\s+"([^"]*)"', kernel.ptx, re.M))
+    for prev in reversed(text[:line]):
+        m = re.match(r"\s*\.loc\s+(\d+)\s+(\d+)", prev)
+        if m:
+            return out + f" (source {Path(files.get(m.group(1), 'file ' + m.group(1))).name}:{m.group(2)})"
+    return out
+
+
 def launch(kernel: CompiledKernel, args: list, grid=(1, 1), block=(LANES, 1), backend: str = "interp",
            step_limit: int | None = None) -> LaunchResult:
     """Run the kernel; returns the arrays of its pointer parameters read back after the launch."""
@@ -264,7 +291,10 @@ def launch(kernel: CompiledKernel, args: list, grid=(1, 1), block=(LANES, 1), ba
         raise CapacityError(f"no memory is left for the kernel's extern __shared__ array: arrays and thread "
                             f"frames fill all {MEM_WORDS} words")
     words = np.frombuffer(bytes(mem_bytes), dtype="<u4").astype(np.int64).tolist()
-    res = interp.run(_bind(kernel.program, values, addr), words, grid, block, step_limit, trace=True)
+    try:
+        res = interp.run(_bind(kernel.program, values, addr), words, grid, block, step_limit, trace=True)
+    except interp.StepLimitError as e:
+        raise interp.StepLimitError(f"{e}{_where(kernel, e.block)}. {STEP_LIMIT_CAUSES}", e.block) from None
     out_bytes = np.array(res.memory, dtype="<u4").tobytes()
     out = {}
     for name, base, n, signed, e in arrays:

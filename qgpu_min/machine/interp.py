@@ -13,7 +13,11 @@ class MemoryFault(MachineError):
 
 
 class StepLimitError(MachineError):
-    """The launch did not halt within the step limit."""
+    """The launch did not halt within the step limit; ``block`` is the block the stopped warp was at."""
+
+    def __init__(self, message: str, block: int) -> None:
+        super().__init__(message)
+        self.block = block
 
 
 def _s(x: int) -> int:
@@ -200,14 +204,14 @@ class _Machine:
             for l, v in results:
                 w.regs[l][ins.rd] = v
 
-    def _step(self, w: _Warp) -> str:
-        """Execute one block for warp w; return its terminator kind."""
+    def _step(self, w: _Warp) -> tuple[str, bool]:
+        """Execute one block for warp w; return its terminator kind and whether a lane branched backward."""
         live = [l for l in range(LANES) if not w.exited[l]]
         pc = min(w.pc[l] for l in live)
         if self.steps >= self.step_limit:
             raise StepLimitError(f"the launch did not halt within the step limit of {self.step_limit} "
                                  f"block executions: stopped at CTA {self.cta} {self.cta_xy}, warp {w.index}, "
-                                 f"block B{pc} (lanes {live} live)")
+                                 f"block B{pc} (lanes {live} live)", pc)
         self.steps += 1
         if self.trace is not None:
             self.trace.append((self.cta, w.index, pc))
@@ -220,6 +224,7 @@ class _Machine:
         for ins in blk.post:
             self._alu(w, ins, active)
         t = blk.term
+        back = False
         for l in active:
             if t.kind == "JMP":
                 w.pc[l] = t.taken
@@ -229,7 +234,8 @@ class _Machine:
                 w.pc[l] = pc + 1
             else:
                 w.exited[l] = True
-        return t.kind
+            back = back or (t.kind in ("JMP", "BR") and w.pc[l] <= pc)
+        return t.kind, back
 
     # ---- scheduling ---------------------------------------------------------------------
     def run_cta(self, cta: int, ctaid: tuple[int, int], grid: tuple[int, int], block: tuple[int, int]) -> None:
@@ -249,8 +255,11 @@ class _Machine:
         while True:
             w = warps[cur]
             while not w.done and not w.at_bar:
-                if self._step(w) == "BAR":
+                kind, back = self._step(w)
+                if kind == "BAR":
                     w.at_bar = True
+                elif back:      # a loop back edge ends the warp's turn, so a warp waiting on another can't starve it
+                    break
             waiting = [x for x in warps if not x.done]
             if not waiting:
                 return

@@ -72,9 +72,13 @@ CTAs run one at a time in order (x fastest, then y). A CTA of ``bx * by`` thread
 ceil(threads / 4) warps; thread t = tid.x + tid.y * ntid.x is lane t % 4 of warp t // 4 (laneid and
 warpid likewise); lanes past the last thread are exited from the start. Each lane has its own PC
 (block index) and an exited flag. A warp step executes the block with the LOWEST PC among its live
-lanes; the lanes at that PC are active. Within a CTA the current warp runs until it reaches BAR or
-exits; then the next warp (round robin) runs. BAR releases when every non-exited warp of the CTA has
-arrived. The lowering lays blocks out so that lowest-PC-first reconverges structured code: every
+lanes; the lanes at that PC are active. Within a CTA the current warp runs until it reaches BAR,
+exits, or takes a BACKWARD branch: a step whose JMP/BR sends some active lane to a block at or before
+the one just executed (target <= PC: a loop back edge) ends the warp's turn. Then the next warp in
+round-robin order (warp index + 1, wrapping, the same warp last) that is neither at BAR nor exited
+runs. So a warp spinning on a flag another warp sets lets that warp run; a warp's straight-line
+(forward-only) code is never interleaved with another warp's. BAR releases when every non-exited
+warp of the CTA has arrived. The lowering lays blocks out so that lowest-PC-first reconverges structured code: every
 branch's blocks come before its immediate post-dominator, and a loop's blocks are contiguous, starting
 at its header (see docs/machine.md). The shared region is reused by every CTA (uninitialised in CUDA).
 Each warp step counts one step; more than the step limit is an error naming the CTA, warp and block.
@@ -197,6 +201,7 @@ class Block:
     live_in: int = 0
     live_out: int = 0
     note: str = ""          # source lines this block came from, for listings
+    lines: tuple[int, ...] = ()     # the same PTX line numbers, ascending, for error messages
 
     def instrs(self) -> list[Instr]:
         return self.pre + ([self.mem] if self.mem is not None else []) + self.post
