@@ -780,13 +780,16 @@ BITS_SRC = r"""
 __global__ void bits(const unsigned *a, const unsigned *b, const unsigned *s, unsigned *out, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  unsigned *o = out + 6 * i;
+  unsigned *o = out + 5 * i;
   o[0] = __byte_perm(a[i], b[i], 0x3715);
-  o[1] = __byte_perm(a[i], b[i], s[i]);
-  o[2] = __funnelshift_l(a[i], b[i], s[i]);
-  o[3] = __funnelshift_r(a[i], b[i], s[i]);
-  o[4] = __funnelshift_lc(a[i], b[i], s[i]);
-  o[5] = __funnelshift_rc(a[i], b[i], s[i]);
+  o[1] = __funnelshift_l(a[i], b[i], s[i]);
+  o[2] = __funnelshift_r(a[i], b[i], s[i]);
+  o[3] = __funnelshift_lc(a[i], b[i], s[i]);
+  o[4] = __funnelshift_rc(a[i], b[i], s[i]);
+}
+__global__ void byte_perm_var(const unsigned *a, const unsigned *b, const unsigned *s, unsigned *out) {
+  int i = threadIdx.x;
+  out[i] = __byte_perm(a[i], b[i], s[i]);
 }
 """
 
@@ -796,13 +799,38 @@ def _byte_perm(x: int, y: int, s: int) -> int:
     return sum(((pair >> (8 * ((s >> (4 * i)) & 7))) & 0xFF) << (8 * i) for i in range(4))
 
 
-def _bits_expected(a, b, s) -> list[int]:
-    out = []
-    for x, y, n in zip(a.tolist(), b.tolist(), s.tolist()):
-        pair, c = (y << 32) | x, min(n, 32)
-        out += [_byte_perm(x, y, 0x3715), _byte_perm(x, y, n), ((pair << (n & 31)) >> 32) & 0xFFFFFFFF,
-                (pair >> (n & 31)) & 0xFFFFFFFF, ((pair << c) >> 32) & 0xFFFFFFFF, (pair >> c) & 0xFFFFFFFF]
-    return out
+def _bits_inputs(n: int):
+    rng = np.random.default_rng(11)
+    a, b = rng.integers(0, 2**32, n), rng.integers(0, 2**32, n)
+    s = np.concatenate([np.arange(0, 70, 3)[:n - 4], [31, 32, 33, 0xFFFF]]).astype(np.int64)
+    return a, b, s
+
+
+@pytest.mark.parametrize("setting", _zig_and_nvcc())
+def test_byte_perm_and_funnel_shifts(setting):
+    n = 24
+    a, b, s = _bits_inputs(n)
+    out = _run(BITS_SRC, "bits", setting, [a, b, s, np.zeros(5 * n, np.int64), n], block=(n, 1))
+    expect = []
+    for x, y, k in zip(a.tolist(), b.tolist(), s.tolist()):
+        pair, c = (y << 32) | x, min(k, 32)
+        expect += [_byte_perm(x, y, 0x3715), ((pair << (k & 31)) >> 32) & 0xFFFFFFFF,
+                   (pair >> (k & 31)) & 0xFFFFFFFF, ((pair << c) >> 32) & 0xFFFFFFFF, (pair >> c) & 0xFFFFFFFF]
+    assert out["out"].tolist() == expect
+
+
+NVCC_PRMT = ("nvcc compiles __byte_perm with a selector known only at run time to `prmt.b32` with a register "
+             "selector, which the lowering supports only as a constant (lowering owner)")
+
+
+@pytest.mark.parametrize("setting", [
+    pytest.param(p.values[0], marks=[*p.marks, *([pytest.mark.xfail(reason=NVCC_PRMT, raises=QgpuError, strict=True)]
+                                                 if p.values[0] == "nvcc" else [])])
+    for p in _zig_and_nvcc()])
+def test_byte_perm_with_a_runtime_selector(setting):
+    a, b, s = _bits_inputs(24)
+    out = _run(BITS_SRC, "byte_perm_var", setting, [a, b, s, np.zeros(24, np.int64)], block=(24, 1))
+    assert out["out"].tolist() == [_byte_perm(x, y, k) for x, y, k in zip(a.tolist(), b.tolist(), s.tolist())]
 
 
 TEMPLATE_SRC = r"""
@@ -822,23 +850,6 @@ def test_template_kernel_selected_by_demangled_name(setting, kernel, factor):
     a = np.arange(-5, 7)
     out = _run(TEMPLATE_SRC, kernel, setting, [a, len(a)], block=(16, 1))
     assert out["a"].tolist() == (a * factor + factor).tolist()
-
-
-NVCC_PRMT = ("nvcc keeps __byte_perm's selector in a register (`prmt.b32 %r, %r, %r, %r`), which the lowering "
-             "supports only as a constant (docs/user_trial.md, failure 7; lowering owner)")
-
-
-@pytest.mark.parametrize("setting", [
-    pytest.param(p.values[0], marks=[*p.marks, *([pytest.mark.xfail(reason=NVCC_PRMT, raises=QgpuError)]
-                                                 if p.values[0] == "nvcc" else [])])
-    for p in _zig_and_nvcc()])
-def test_byte_perm_and_funnel_shifts(setting):
-    rng = np.random.default_rng(11)
-    n = 24
-    a, b = rng.integers(0, 2**32, n), rng.integers(0, 2**32, n)
-    s = np.concatenate([np.arange(0, 70, 3)[:n - 4], [31, 32, 33, 0xFFFF]]).astype(np.int64)
-    out = _run(BITS_SRC, "bits", setting, [a, b, s, np.zeros(6 * n, np.int64), n], grid=(1, 1), block=(n, 1))
-    assert out["out"].tolist() == _bits_expected(a, b, s)
 
 
 FUNNEL_CONST_SRC = r"""
