@@ -313,8 +313,8 @@ WARP32 = ("the textbook reduction hard-codes a 32-lane warp (offsets 16, 8, 4 th
           "4-lane machine shuffles past the warp return the lane's own value, so v is doubled 3 times and only "
           "thread 0 of each 32 adds: out = 8 * sum(lanes 0..3). Documented (warpSize is 4) but silent: no warning")
 UNROLLED = ("Harris's 'unroll the last warp' reduction runs its last 5 steps without __syncthreads(), relying on "
-            "32 lanes in lockstep; here a warp is 4 lanes and each warp runs to its next barrier before the next "
-            "warp starts, so thread 0 adds partial sums that other warps have not formed yet: 1..32 gives 152, "
+            "32 lanes in lockstep; here a warp is 4 lanes and (with no loop in those steps) each warp runs to its "
+            "next barrier before the next warp starts, so thread 0 adds partial sums that other warps have not formed yet: 1..32 gives 152, "
             "not 528. Documented (warpSize is 4) but silent")
 CASES.append(UCase("reduce_unrolled.cu", None, (((2, 1), (32, 1)),),
                    lambda r, g, b: [r.integers(-10**6, 10**6, 64), np.zeros(2, np.int64)],
