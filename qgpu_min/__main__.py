@@ -1,0 +1,4 @@
+"""`python -m qgpu_min` runs the command line."""
+from .cli import main
+
+main()
