@@ -58,6 +58,24 @@ class Unit:
     out: tuple[tuple[int, int], ...]  # (output element, coefficient)
 
 
+def weights_by_element(u: Unit) -> tuple[int, dict[int, tuple[int, dict[int, int]]]]:
+    """A unit's weights summed per physical element, so its range over all inputs can be read off: the
+    constant part (the always-active group), and per input root group (keyed by id) its size and
+    {element: summed weight}. Views and repeated terms land on the same element; elements a view leaves
+    out (phys None) are never active and carry no weight."""
+    const, groups = 0, {}
+    for g, e, w in u.terms:
+        phys = g.phys(e)
+        if phys is None:
+            continue
+        if g.root is CONST:
+            const += w
+            continue
+        _, ws = groups.setdefault(id(g.root), (g.root.size, {}))
+        ws[phys] = ws.get(phys, 0) + w
+    return const, groups
+
+
 @dataclass(eq=False)
 class Gate:
     out: Group

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .ir import CONST, Circuit, CircuitError, Group, Unit, Word, bit_not, const_bit, view
+from .ir import CONST, Circuit, CircuitError, Group, Unit, Word, bit_not, const_bit, view, weights_by_element
 
 Term = tuple[Group, int, int]
 
@@ -271,18 +271,8 @@ ALU_OPS = ("add", "sub", "and", "or", "xor", "shl", "shr", "sra", "slt", "sltu",
 
 def _max_pre(u: Unit) -> int:
     """An upper bound of the unit's pre-activation over all one-hot inputs."""
-    per: dict[int, dict[int, int]] = {}
-    total = -u.theta
-    for g, e, w in u.terms:
-        phys = g.phys(e)
-        if phys is None:
-            continue
-        if g.root is CONST:
-            total += w
-            continue
-        d = per.setdefault(id(g.root), {})
-        d[phys] = d.get(phys, 0) + w
-    return total + sum(max(max(d.values()), 0) for d in per.values())
+    const, groups = weights_by_element(u)
+    return const - u.theta + sum(max(max(ws.values()), 0) for _, ws in groups.values())
 
 
 def gated(units: list[Unit], lits: list[tuple[Group, int]]) -> list[Unit]:

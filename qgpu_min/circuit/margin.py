@@ -17,7 +17,7 @@ import numpy as np
 from qgpu_min.model.bf16 import bf16_to_f32
 
 from .compile import LayerWeights, Plan
-from .ir import CONST, CircuitError, Gate
+from .ir import CircuitError, Gate, Unit, weights_by_element
 
 BF16_EXACT_INT = 256
 
@@ -35,32 +35,20 @@ class MarginReport:
         return not self.problems
 
 
-def unit_interval(unit) -> tuple[int, int, int]:
+def unit_interval(unit: Unit) -> tuple[int, int, int]:
     """(min, max) of S - theta over all one-hot inputs, and sum |w| + |theta|."""
-    per_group: dict[int, dict[int, int]] = {}
-    sizes: dict[int, int] = {}
-    const = 0
-    absw = abs(unit.theta)
-    for g, e, w in unit.terms:
-        absw += abs(w)
-        phys = g.phys(e)
-        if phys is None:
-            continue
-        if g.root is CONST:
-            const += w
-            continue
-        per_group.setdefault(id(g.root), {})
-        per_group[id(g.root)][phys] = per_group[id(g.root)].get(phys, 0) + w
-        sizes[id(g.root)] = g.root.size
+    const, groups = weights_by_element(unit)
     lo = hi = const - unit.theta
-    for gid, ws in per_group.items():
-        vals = list(ws.values()) + ([0] if len(ws) < sizes[gid] else [])
+    for size, ws in groups.values():
+        vals = list(ws.values()) + ([0] if len(ws) < size else [])  # an element without a term adds 0
         lo += min(vals)
         hi += max(vals)
-    return lo, hi, absw
+    return lo, hi, abs(unit.theta) + sum(abs(w) for _, _, w in unit.terms)
 
 
 def static_check(p: Plan, min_margin: float = 1e-4) -> MarginReport:
+    """Every gate unit of the plan checked for bf16 exactness and margin (module docstring); the problems
+    are listed in the report, nothing is raised."""
     problems = []
     worst, worst_gate, max_active, n = float("inf"), "", 0, 0
     for op in p.ops:
@@ -99,7 +87,8 @@ def text_gate_check(layers: list[LayerWeights], text_rows: np.ndarray, qk_rows: 
             rows = np.repeat(np.arange(sp.shape[0]), np.diff(sp.indptr))
             sel = np.isin(rows, used)
             dense[np.searchsorted(used, rows[sel]), sp.indices[sel]] = bf16_to_f32(sp.values[sel])
-            top = max(float((text_rows[i:i + 16384] @ dense.T).max()) for i in range(0, len(text_rows), 16384))
+            top = max(float((text_rows[row:row + 16384] @ dense.T).max())
+                      for row in range(0, len(text_rows), 16384))  # in blocks: [V, units] stays small
             if top > limit:
                 raise CircuitError(f"layer {i} {name}: a text token reaches pre-activation {top:.1f} > {limit}; "
                                    "the circuit would not be silent on text")
