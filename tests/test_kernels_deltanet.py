@@ -5,12 +5,7 @@ import pytest
 from qgpu_min.model import kernels as K
 from qgpu_min.model import kernels_ref as R
 
-
-@pytest.fixture(params=[1, 2])
-def threads(request):
-    K.set_threads(request.param)
-    yield request.param
-    K.set_threads(None)
+from ccore_fixtures import threads  # noqa: F401  (pytest fixture)
 
 
 def _inputs(rng, h, dk, dv):

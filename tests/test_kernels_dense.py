@@ -6,28 +6,11 @@ from qgpu_min.model import kernels as K
 from qgpu_min.model import kernels_ref as R
 from qgpu_min.model.bf16 import bf16_to_f32, f32_to_bf16
 
+from ccore_fixtures import isa, thread_count, threads  # noqa: F401  (pytest fixtures)
+
 # Odd sizes, sizes that are not multiples of 8 or 16, and sizes just around them; n = 1 included.
 SHAPES = [(1, 1, 1), (3, 7, 1), (5, 17, 2), (16, 16, 4), (9, 15, 3), (33, 100, 5), (257, 300, 1),
           (130, 513, 7), (64, 2048, 9), (8, 24, 1)]
-
-
-def _levels():
-    best = K.ISA_NAMES.index(K.set_isa(None))
-    return K.ISA_NAMES[:best + 1]
-
-
-@pytest.fixture(params=_levels())
-def isa(request):
-    K.set_isa(request.param)
-    yield request.param
-    K.set_isa(None)
-
-
-@pytest.fixture(params=[1, 2])
-def threads(request):
-    K.set_threads(request.param)
-    yield request.param
-    K.set_threads(None)
 
 
 def _random_case(rng, out, n_in, n):
@@ -67,11 +50,10 @@ def test_matvec_matches_reference_and_matmul_rows_bit_for_bit(isa, threads, out,
 def test_thread_count_does_not_change_results(isa):
     rng = np.random.default_rng(5)
     w, x = _random_case(rng, 1000, 777, 6)
-    K.set_threads(1)
-    one = K.matmul_bf16(w, x), K.matvec_bf16(w, x[0])
-    K.set_threads(2)
-    two = K.matmul_bf16(w, x), K.matvec_bf16(w, x[0])
-    K.set_threads(None)
+    with thread_count(1):
+        one = K.matmul_bf16(w, x), K.matvec_bf16(w, x[0])
+    with thread_count(2):
+        two = K.matmul_bf16(w, x), K.matvec_bf16(w, x[0])
     assert np.array_equal(one[0], two[0]) and np.array_equal(one[1], two[1])
 
 

@@ -12,19 +12,7 @@ from qgpu_min.model import kernels as K
 from qgpu_min.model import kernels_ref as R
 from qgpu_min.model.bf16 import f32_to_bf16
 
-
-@pytest.fixture(params=[1, 2])
-def threads(request):
-    K.set_threads(request.param)
-    yield request.param
-    K.set_threads(None)
-
-
-@pytest.fixture(params=K.ISA_NAMES[:K.ISA_NAMES.index(K.set_isa(None)) + 1])
-def isa(request):
-    K.set_isa(request.param)
-    yield request.param
-    K.set_isa(None)
+from ccore_fixtures import isa, thread_count, threads  # noqa: F401  (pytest fixtures)
 
 
 def _weights(rng, outs, n_in):
@@ -144,8 +132,7 @@ def test_pool_is_safe_from_several_python_threads():
     rng = np.random.default_rng(4)
     ws = _weights(rng, [3000, 1000], 777)
     xs = rng.standard_normal((4, 777)).astype(np.float32)
-    K.set_threads(2)
-    try:
+    with thread_count(2):
         expected = [K.matvec_bf16(ws[i % 2], xs[i]) for i in range(4)]
         failures = []
 
@@ -159,8 +146,6 @@ def test_pool_is_safe_from_several_python_threads():
             th.start()
         for th in pool:
             th.join()
-    finally:
-        K.set_threads(None)
     assert not failures
 
 
@@ -169,8 +154,7 @@ def test_pool_works_in_a_forked_child():
     rng = np.random.default_rng(6)
     (w,) = _weights(rng, [4000], 600)
     x = rng.standard_normal(600).astype(np.float32)
-    K.set_threads(2)
-    try:
+    with thread_count(2):
         expected = K.matvec_bf16(w, x)  # the parent's pool is running now
         pid = os.fork()
         if pid == 0:  # child: only this thread exists; the core must start its own workers
@@ -183,8 +167,6 @@ def test_pool_works_in_a_forked_child():
             os.waitpid(pid, 0)
             pytest.fail("the forked child hung in the C core")
         status = done[1]
-    finally:
-        K.set_threads(None)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
@@ -193,13 +175,10 @@ def test_pool_threads_persist_between_calls():
     rng = np.random.default_rng(8)
     (w,) = _weights(rng, [1000], 777)
     x = rng.standard_normal(777).astype(np.float32)
-    K.set_threads(5)
-    try:
+    with thread_count(5):
         expected = K.matvec_bf16(w, x)
         after_first = len(os.listdir("/proc/self/task"))
         for _ in range(10):
             assert np.array_equal(K.matvec_bf16(w, x), expected)
         after_more = len(os.listdir("/proc/self/task"))
-    finally:
-        K.set_threads(None)
     assert after_first >= 5 and after_more == after_first  # 4 workers stay parked; none started per call

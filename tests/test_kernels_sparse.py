@@ -6,6 +6,8 @@ from qgpu_min.model import kernels as K
 from qgpu_min.model import kernels_ref as R
 from qgpu_min.model.bf16 import f32_to_bf16
 
+from ccore_fixtures import threads  # noqa: F401  (pytest fixture)
+
 
 def _sparse_weight(rng, out, n_in, density):
     w = f32_to_bf16(rng.standard_normal((out, n_in)).astype(np.float32))
@@ -23,20 +25,15 @@ def test_from_dense_round_trips_and_drops_both_zeros():
     assert sp.density == pytest.approx(3 / 9)
 
 
-@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("out, n_in, n, density", [
     (1, 1, 1, 1.0), (7, 13, 2, 0.3), (300, 200, 4, 0.02), (2000, 517, 3, 0.01), (50, 60, 1, 0.0)])
 def test_c_sparse_equals_reference_bit_for_bit(threads, out, n_in, n, density):
-    K.set_threads(threads)
-    try:
-        rng = np.random.default_rng(out + n_in)
-        sp = R.SparseBF16.from_dense(_sparse_weight(rng, out, n_in, density))
-        x = rng.standard_normal((n, n_in)).astype(np.float32)
-        assert np.array_equal(K.matmul_bf16(sp, x), R.matmul_bf16(sp, x))
-        assert np.array_equal(K.matvec_bf16(sp, x[0]), R.matvec_bf16(sp, x[0]))
-        assert np.array_equal(K.sparse_matvec(sp, x[-1]), R.sparse_matvec(sp, x[-1]))
-    finally:
-        K.set_threads(None)
+    rng = np.random.default_rng(out + n_in)
+    sp = R.SparseBF16.from_dense(_sparse_weight(rng, out, n_in, density))
+    x = rng.standard_normal((n, n_in)).astype(np.float32)
+    assert np.array_equal(K.matmul_bf16(sp, x), R.matmul_bf16(sp, x))
+    assert np.array_equal(K.matvec_bf16(sp, x[0]), R.matvec_bf16(sp, x[0]))
+    assert np.array_equal(K.sparse_matvec(sp, x[-1]), R.sparse_matvec(sp, x[-1]))
 
 
 def test_sparse_agrees_with_dense():
