@@ -20,6 +20,7 @@ import numpy as np
 from qgpu_min._core import ffi, lib
 from qgpu_min.model.kernels_ref import (  # noqa: F401  (re-exported: same API as kernels_ref)
     SPARSE_MAX_DENSITY, KernelInputError, SparseBF16, count_nonzero_bf16, l2norm, maybe_sparse, silu)
+from qgpu_min.model.kernels_ref import describe_arg
 
 ISA_NAMES = ("generic", "avx2", "avx512")
 
@@ -66,7 +67,7 @@ def _check_shape(fn: str, name: str, a: np.ndarray, shape: tuple) -> None:
 def _weight(fn: str, w: object, name: str = "w_bits") -> np.ndarray:
     if not isinstance(w, np.ndarray) or w.dtype != np.uint16 or w.ndim != 2:
         raise KernelInputError(f"{fn}: {name} must be a 2-D uint16 array of bf16 bits [out, in] "
-                               f"(or a SparseBF16), got {_describe(w)}")
+                               f"(or a SparseBF16), got {describe_arg(w)}")
     if not w.flags.c_contiguous:
         raise KernelInputError(f"{fn}: {name} {w.shape} is not C-contiguous; weights are never copied "
                                f"implicitly, pass np.ascontiguousarray({name}) if a copy is really wanted")
@@ -75,7 +76,7 @@ def _weight(fn: str, w: object, name: str = "w_bits") -> np.ndarray:
 
 def _activation(fn: str, name: str, a: object, shape: tuple) -> np.ndarray:
     if not isinstance(a, np.ndarray) or a.dtype != np.float32:
-        raise KernelInputError(f"{fn}: {name} must be a float32 array, got {_describe(a)}")
+        raise KernelInputError(f"{fn}: {name} must be a float32 array, got {describe_arg(a)}")
     _check_shape(fn, name, a, shape)
     return np.ascontiguousarray(a)
 
@@ -83,17 +84,11 @@ def _activation(fn: str, name: str, a: object, shape: tuple) -> np.ndarray:
 def _in_out(fn: str, name: str, a: object, shape: tuple) -> np.ndarray:
     """An array the kernel updates in place: it must be float32, C-contiguous and writable as given."""
     if not isinstance(a, np.ndarray) or a.dtype != np.float32:
-        raise KernelInputError(f"{fn}: {name} must be a float32 array, got {_describe(a)}")
+        raise KernelInputError(f"{fn}: {name} must be a float32 array, got {describe_arg(a)}")
     _check_shape(fn, name, a, shape)
     if not a.flags.c_contiguous or not a.flags.writeable:
         raise KernelInputError(f"{fn}: {name} is updated in place, so it must be C-contiguous and writable")
     return a
-
-
-def _describe(a: object) -> str:
-    if isinstance(a, np.ndarray):
-        return f"dtype {a.dtype}, shape {a.shape}"
-    return type(a).__name__
 
 
 def _f(a: np.ndarray):
@@ -146,7 +141,7 @@ def matvec_bf16_multi(ws: Sequence[np.ndarray | SparseBF16], x: np.ndarray) -> l
 def _multi_width(fn: str, ws: object) -> int:
     """The shared input width of ws, every weight checked before anything is computed."""
     if not isinstance(ws, (list, tuple)) or not ws:
-        raise KernelInputError(f"{fn}: ws must be a non-empty list of weights, got {_describe(ws)}")
+        raise KernelInputError(f"{fn}: ws must be a non-empty list of weights, got {describe_arg(ws)}")
     n_in = ws[0].shape[1] if isinstance(ws[0], (np.ndarray, SparseBF16)) and len(ws[0].shape) == 2 else None
     for j, w in enumerate(ws):
         if not isinstance(w, SparseBF16):
@@ -175,14 +170,14 @@ def _multi(ws: Sequence[np.ndarray | SparseBF16], x: np.ndarray) -> list[np.ndar
         group = dense[g:g + step]
         lib.qgpu_matmul_bf16_multi([ffi.from_buffer("uint16_t[]", w) for w in group],
                                    [w.shape[0] for w in group], len(group), n_in, _f(x), n,
-                                   ffi.from_buffer("float[]", buf[offset:]))
+                                   _f(buf[offset:]))
         offset += n * sum(w.shape[0] for w in group)
     return ys
 
 
 def _sparse(fn: str, w: object) -> SparseBF16:
     if not isinstance(w, SparseBF16):
-        raise KernelInputError(f"{fn}: w must be a SparseBF16, got {_describe(w)}")
+        raise KernelInputError(f"{fn}: w must be a SparseBF16, got {describe_arg(w)}")
     return w
 
 
@@ -210,12 +205,17 @@ def sparse_matvec(w: SparseBF16, x: np.ndarray) -> np.ndarray:
 # Norms.
 
 
+def _norm_rows(fn: str, x: object) -> np.ndarray:
+    """x checked as float32 rows (..., d) with d >= 1: what every norm normalises."""
+    if not isinstance(x, np.ndarray) or x.ndim < 1 or x.shape[-1] < 1:
+        raise KernelInputError(f"{fn}: x must be a float32 array (..., d) with d >= 1, got {describe_arg(x)}")
+    return _activation(fn, "x", x, (None,) * (x.ndim - 1) + (x.shape[-1],))
+
+
 def rmsnorm(x: np.ndarray, w: np.ndarray, eps: float, plus_one: bool) -> np.ndarray:
     """x * rsqrt(mean(x^2) + eps) * (1 + w if plus_one else w) over the last axis; x f32 (..., d), w f32 (d)."""
-    if not isinstance(x, np.ndarray) or x.ndim < 1 or x.shape[-1] < 1:
-        raise KernelInputError(f"rmsnorm: x must be a float32 array (..., d) with d >= 1, got {_describe(x)}")
+    x = _norm_rows("rmsnorm", x)
     d = x.shape[-1]
-    x = _activation("rmsnorm", "x", x, (None,) * (x.ndim - 1) + (d,))
     w = _activation("rmsnorm", "w", w, (d,))
     y = np.empty_like(x)
     lib.qgpu_rmsnorm(_f(x), x.size // d, d, _f(w), eps, bool(plus_one), _f(y))
@@ -224,11 +224,8 @@ def rmsnorm(x: np.ndarray, w: np.ndarray, eps: float, plus_one: bool) -> np.ndar
 
 def gated_rmsnorm(x: np.ndarray, z: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     """rmsnorm(x) * w * silu(z) over the last axis (per head): x, z f32 (..., d), w f32 (d), plain w."""
-    if not isinstance(x, np.ndarray) or x.ndim < 1 or x.shape[-1] < 1:
-        raise KernelInputError(f"gated_rmsnorm: x must be a float32 array (..., d) with d >= 1, "
-                               f"got {_describe(x)}")
+    x = _norm_rows("gated_rmsnorm", x)
     d = x.shape[-1]
-    x = _activation("gated_rmsnorm", "x", x, (None,) * (x.ndim - 1) + (d,))
     z = _activation("gated_rmsnorm", "z", z, x.shape)
     w = _activation("gated_rmsnorm", "w", w, (d,))
     y = np.empty_like(x)
@@ -264,7 +261,7 @@ def deltanet_step(S: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g:
 
 def _conv_args(fn: str, conv_state: object, w: object) -> tuple[np.ndarray, np.ndarray]:
     if not isinstance(w, np.ndarray) or w.ndim != 2 or w.shape[1] < 1:
-        raise KernelInputError(f"{fn}: w must be a float32 array [C, K] with K >= 1, got {_describe(w)}")
+        raise KernelInputError(f"{fn}: w must be a float32 array [C, K] with K >= 1, got {describe_arg(w)}")
     c, k = w.shape
     w = _activation(fn, "w", w, (c, k))
     return _in_out(fn, "conv_state", conv_state, (c, k - 1)), w
@@ -286,7 +283,7 @@ def _delta_args(fn: str, S: object, q: object, k: object, v: object, g: object, 
                 lead: tuple) -> tuple[np.ndarray, ...]:
     """Checked (S, q, k, v, g, beta); lead is () for one token, (T,) for a run (T from q)."""
     if not isinstance(S, np.ndarray) or S.ndim != 3:
-        raise KernelInputError(f"{fn}: S must be a float32 array [H, dk, dv], got {_describe(S)}")
+        raise KernelInputError(f"{fn}: S must be a float32 array [H, dk, dv], got {describe_arg(S)}")
     h, dk, dv = S.shape
     if dv > lib.QGPU_MAX_DV:
         raise KernelInputError(f"{fn}: dv = {dv} exceeds the C kernel's limit {lib.QGPU_MAX_DV}")

@@ -47,7 +47,7 @@ class SparseBF16:
             if not isinstance(arr, np.ndarray) or arr.dtype != dtype or arr.ndim != 1 \
                     or not arr.flags.c_contiguous:
                 raise KernelInputError(f"SparseBF16.{name} must be a contiguous 1-D {np.dtype(dtype)} array, "
-                                       f"got {_describe(arr)}")
+                                       f"got {describe_arg(arr)}")
         if self.indptr.shape[0] != out + 1 or self.indptr[0] != 0 or self.indptr[-1] != self.values.shape[0] \
                 or self.indices.shape[0] != self.values.shape[0] or np.any(np.diff(self.indptr) < 0):
             raise KernelInputError(f"SparseBF16: indptr (length {self.indptr.shape[0]}) does not describe "
@@ -70,7 +70,7 @@ class SparseBF16:
         if not isinstance(w_bits, np.ndarray) or w_bits.dtype != np.uint16 or w_bits.ndim != 2:
             raise KernelInputError(
                 f"SparseBF16.from_dense needs a 2-D uint16 array of bf16 bits, got "
-                f"{_describe(w_bits)}")
+                f"{describe_arg(w_bits)}")
         if w_bits.shape[1] >= 2**31:
             raise KernelInputError(f"SparseBF16: {w_bits.shape[1]} columns exceed the int32 column index")
         out = w_bits.shape[0]
@@ -98,7 +98,8 @@ class SparseBF16:
         return np.repeat(np.arange(self.shape[0]), np.diff(self.indptr))
 
 
-def _describe(a: object) -> str:
+def describe_arg(a: object) -> str:
+    """What a rejected argument was, for error messages: an array's dtype and shape, else its type."""
     if isinstance(a, np.ndarray):
         return f"dtype {a.dtype}, shape {a.shape}"
     return f"{type(a).__name__}"
@@ -119,7 +120,7 @@ def count_nonzero_bf16(w_bits: np.ndarray) -> int:
 def maybe_sparse(w_bits: np.ndarray, max_density: float = SPARSE_MAX_DENSITY) -> np.ndarray | SparseBF16:
     """The operand to hand to matvec_bf16/matmul_bf16: CSR when few weights are nonzero, else w_bits itself."""
     if not isinstance(w_bits, np.ndarray) or w_bits.dtype != np.uint16 or w_bits.ndim != 2:
-        raise KernelInputError(f"maybe_sparse needs a 2-D uint16 array of bf16 bits, got {_describe(w_bits)}")
+        raise KernelInputError(f"maybe_sparse needs a 2-D uint16 array of bf16 bits, got {describe_arg(w_bits)}")
     if count_nonzero_bf16(w_bits) > max_density * w_bits.size:
         return w_bits
     return SparseBF16.from_dense(w_bits)
