@@ -9,7 +9,6 @@
 #include <stddef.h>
 
 /* CDEF BEGIN */
-int qgpu_core_version(void);
 enum { QGPU_MAX_DV = 4096, QGPU_MAX_MULTI = 16 };
 
 /* Threads used by the parallel kernels: QGPU_THREADS from the environment, else the online CPUs (read at

@@ -1,3 +1,0 @@
-#include "qgpu_core.h"
-
-int qgpu_core_version(void) { return 3; }
