@@ -38,6 +38,10 @@ SINGLE_NAME = "model.safetensors"
 MAX_HEADER = 100 * 1024 * 1024  # the safetensors library's own limit
 
 
+def _nbytes(dtype: str, shape: tuple[int, ...]) -> int:
+    return int(np.prod(shape, dtype=np.int64)) * NUMPY_DTYPES[dtype].itemsize
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     """Where one tensor lives: file, dtype, shape and absolute byte range."""
@@ -85,7 +89,7 @@ def read_header(path: str | Path) -> dict[str, TensorInfo]:
             raise CheckpointError(f"{path}: tensor {name}: unknown dtype {dtype!r}")
         if not all(isinstance(d, int) and d >= 0 for d in shape):
             raise CheckpointError(f"{path}: tensor {name}: bad shape {list(shape)}")
-        nbytes = int(np.prod(shape, dtype=np.int64)) * NUMPY_DTYPES[dtype].itemsize
+        nbytes = _nbytes(dtype, shape)
         if not (isinstance(begin, int) and isinstance(end, int) and 0 <= begin <= end):
             raise CheckpointError(f"{path}: tensor {name}: bad data_offsets {[begin, end]}")
         if end - begin != nbytes:
@@ -98,20 +102,32 @@ def read_header(path: str | Path) -> dict[str, TensorInfo]:
     return out
 
 
-def checkpoint_files(model_dir: str | Path) -> list[Path]:
-    """The weight files of a checkpoint: the shards named by the index file, else model.safetensors."""
-    model_dir = Path(model_dir)
+def _weight_map(model_dir: Path) -> dict[str, str] | None:
+    """The index file's tensor name -> shard file name, or None for a single-file checkpoint."""
     index = model_dir / INDEX_NAME
-    if index.exists():
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-            names = sorted(set(weight_map.values()))
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as e:
-            raise CheckpointError(f"{index}: not a valid safetensors index ({type(e).__name__}: {e})") from None
-        return [model_dir / n for n in names]
+    if not index.exists():
+        return None
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise TypeError("weight_map must be an object mapping tensor names to file names")
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{index}: not a valid safetensors index ({type(e).__name__}: {e})") from None
+    return weight_map
+
+
+def _files(model_dir: Path, weight_map: dict[str, str] | None) -> list[Path]:
+    if weight_map is not None:
+        return [model_dir / n for n in sorted(set(weight_map.values()))]
     if (model_dir / SINGLE_NAME).exists():
         return [model_dir / SINGLE_NAME]
     raise CheckpointError(f"{model_dir}: no {INDEX_NAME} and no {SINGLE_NAME}")
+
+
+def checkpoint_files(model_dir: str | Path) -> list[Path]:
+    """The weight files of a checkpoint: the shards named by the index file, else model.safetensors."""
+    model_dir = Path(model_dir)
+    return _files(model_dir, _weight_map(model_dir))
 
 
 def read_checkpoint_headers(model_dir: str | Path, keep: Callable[[str], bool] = lambda n: True
@@ -119,22 +135,18 @@ def read_checkpoint_headers(model_dir: str | Path, keep: Callable[[str], bool] =
     """All tensors (those `keep` accepts) of a possibly sharded checkpoint, headers checked, nothing mapped.
     With an index, every tensor it lists must be in the shard it names."""
     model_dir = Path(model_dir)
-    files = checkpoint_files(model_dir)
+    weight_map = _weight_map(model_dir)
     out: dict[str, TensorInfo] = {}
-    for path in files:
+    for path in _files(model_dir, weight_map):
         for name, info in read_header(path).items():
             if not keep(name):
                 continue
             if name in out:
                 raise CheckpointError(f"tensor {name} appears in both {out[name].file.name} and {path.name}")
             out[name] = info
-    index = model_dir / INDEX_NAME
-    if index.exists():
-        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        for name, shard in weight_map.items():
-            if keep(name) and (name not in out or out[name].file.name != shard):
-                raise CheckpointError(f"{index.name} maps tensor {name} to {shard}, but that file does not "
-                                      "hold it")
+    for name, shard in (weight_map or {}).items():
+        if keep(name) and (name not in out or out[name].file.name != shard):
+            raise CheckpointError(f"{INDEX_NAME} maps tensor {name} to {shard}, but that file does not hold it")
     return out
 
 
@@ -172,7 +184,7 @@ def write_safetensors(path: str | Path, tensors: dict[str, TensorData],
     header: dict = {"__metadata__": dict(metadata)} if metadata else {}
     offset = 0
     for name, (dtype, shape, _) in tensors.items():
-        nbytes = int(np.prod(shape, dtype=np.int64)) * NUMPY_DTYPES[dtype].itemsize
+        nbytes = _nbytes(dtype, shape)
         header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
         offset += nbytes
     blob = json.dumps(header, separators=(",", ":")).encode("utf-8")
@@ -201,7 +213,7 @@ def write_checkpoint_weights(model_dir: str | Path, tensors: dict[str, TensorDat
     (`model.safetensors-0000i-of-0000N.safetensors`) plus `model.safetensors.index.json`. Tensors are split
     into shards in order, balancing bytes."""
     model_dir = Path(model_dir)
-    sizes = {n: int(np.prod(s, dtype=np.int64)) * NUMPY_DTYPES[d].itemsize for n, (d, s, _) in tensors.items()}
+    sizes = {n: _nbytes(d, s) for n, (d, s, _) in tensors.items()}
     total = sum(sizes.values())
     groups: list[dict[str, TensorData]] = [{} for _ in range(shards)]
     acc = 0
