@@ -69,6 +69,12 @@ def _int(d: dict, key: str, where: str, default: Any = None) -> int:
     return value
 
 
+def _positive_number(value: Any, key: str, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise CheckpointError(f"config.json: {where}{key} must be a positive number, found {value!r}")
+    return float(value)
+
+
 def _rope(text: dict, where: str) -> tuple[float, float]:
     """(rope_theta, partial_rotary_factor) from `rope_parameters`, or from older top-level fields."""
     params = text.get("rope_parameters") or text.get("rope_scaling") or {}
@@ -80,10 +86,8 @@ def _rope(text: dict, where: str) -> tuple[float, float]:
                               "(only 'default' RoPE, as in Qwen3.5)")
     theta = params.get("rope_theta", text.get("rope_theta"))
     factor = params.get("partial_rotary_factor", text.get("partial_rotary_factor", 0.25))
-    for name, value in (("rope_theta", theta), ("partial_rotary_factor", factor)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise CheckpointError(f"config.json: {where}{name} must be a positive number, found {value!r}")
-    return float(theta), float(factor)
+    return (_positive_number(theta, "rope_theta", where),
+            _positive_number(factor, "partial_rotary_factor", where))
 
 
 def _layer_types(text: dict, where: str) -> tuple[str, ...]:
@@ -117,7 +121,8 @@ def parse_config(raw: dict) -> TextConfig:
         text, where, prefix = raw, "", "model."
     model_type = text.get("model_type", "qwen3_5_text")
     if model_type not in ("qwen3_5_text", "qwen3_5"):
-        raise CheckpointError(f"config.json: {where}model_type is {model_type!r}, expected 'qwen3_5_text'")
+        raise CheckpointError(f"config.json: {where}model_type is {model_type!r}, expected 'qwen3_5_text' "
+                              "(or 'qwen3_5')")
     if text.get("attention_bias", False):
         raise CheckpointError(f"config.json: {where}attention_bias is true; Qwen3.5 has no biases and this "
                               "runtime does not support them")
@@ -128,9 +133,7 @@ def parse_config(raw: dict) -> TextConfig:
     eos = text.get("eos_token_id", raw.get("eos_token_id"))
     eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
     tie = raw.get("tie_word_embeddings", text.get("tie_word_embeddings", True))
-    eps = text.get("rms_norm_eps", 1e-6)
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps <= 0:
-        raise CheckpointError(f"config.json: {where}rms_norm_eps must be a positive number, found {eps!r}")
+    eps = _positive_number(text.get("rms_norm_eps", 1e-6), "rms_norm_eps", where)
     cfg = TextConfig(
         hidden_size=_int(text, "hidden_size", where),
         intermediate_size=_int(text, "intermediate_size", where),
@@ -144,7 +147,7 @@ def parse_config(raw: dict) -> TextConfig:
         linear_value_head_dim=_int(text, "linear_value_head_dim", where),
         linear_conv_kernel_dim=_int(text, "linear_conv_kernel_dim", where),
         vocab_size=_int(text, "vocab_size", where),
-        rms_norm_eps=float(eps),
+        rms_norm_eps=eps,
         rope_theta=theta,
         partial_rotary_factor=factor,
         attn_output_gate=bool(text.get("attn_output_gate", True)),
@@ -159,7 +162,7 @@ def parse_config(raw: dict) -> TextConfig:
         raise CheckpointError(f"config.json: {where}linear_num_value_heads ({cfg.linear_num_value_heads}) must "
                               f"be a multiple of linear_num_key_heads ({cfg.linear_num_key_heads})")
     if cfg.rotary_dim % 2 or cfg.rotary_dim > cfg.head_dim:
-        raise CheckpointError(f"config.json: head_dim {cfg.head_dim} x partial_rotary_factor "
+        raise CheckpointError(f"config.json: {where}head_dim {cfg.head_dim} x partial_rotary_factor "
                               f"{cfg.partial_rotary_factor} must give an even rotary size <= head_dim")
     return cfg
 
