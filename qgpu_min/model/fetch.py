@@ -28,6 +28,7 @@ from huggingface_hub import HfApi, constants, hf_hub_download
 from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
 
 from .errors import CheckpointError
+from .safetensors_io import INDEX_NAME, SINGLE_NAME
 
 DEFAULT_REPO = "Qwen/Qwen3.5-2B"
 PINNED_REVISION = "15852e8c16360a2fea060d615a32b45270f8a8fc"
@@ -43,8 +44,6 @@ KNOWN_SHA256: dict[tuple[str, str], dict[str, str]] = {
 
 REQUIRED_FILES = ("config.json", "tokenizer.json")
 OPTIONAL_FILES = ("tokenizer_config.json", "generation_config.json", "chat_template.jinja", "chat_template.json")
-INDEX_FILE = "model.safetensors.index.json"
-SINGLE_WEIGHTS = "model.safetensors"
 STAMP_DIR = ".qgpu-min-verified"
 
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -111,7 +110,7 @@ def _download(repo_id: str, commit: str, siblings: list, cache: Path, endpoint: 
     for name in REQUIRED_FILES:
         if name not in remote:
             raise FetchError(f"{repo_id}@{commit} has no {name}")
-    small = [n for n in (*REQUIRED_FILES, *OPTIONAL_FILES, INDEX_FILE) if n in remote]
+    small = [n for n in (*REQUIRED_FILES, *OPTIONAL_FILES, INDEX_NAME) if n in remote]
     expected: dict[str, FileRecord] = {}
 
     def get(name: str) -> Path:
@@ -157,7 +156,7 @@ def _from_cache(repo_id: str, revision: str, cache: Path, say: Log) -> Path:
         # Nothing records what a complete download holds: require the files the runtime cannot do without,
         # and let the safetensors headers and the known hashes vouch for the weights.
         present = {p.name for p in snapshot.iterdir()}
-        names = [n for n in (*REQUIRED_FILES, *OPTIONAL_FILES, INDEX_FILE) if n in present or n in REQUIRED_FILES]
+        names = [n for n in (*REQUIRED_FILES, *OPTIONAL_FILES, INDEX_NAME) if n in present or n in REQUIRED_FILES]
         names += _weight_files(snapshot, None, where)
         known = KNOWN_SHA256.get((repo_id, commit), {})
         expected = {n: FileRecord(_size_or_missing(snapshot, n, where), known.get(n)) for n in names}
@@ -173,19 +172,19 @@ def _weight_files(snapshot: Path, available: set[str] | None, where: str) -> lis
     `available` is the repository's file list when fetching online; offline (None) every named shard is
     required and a missing one is reported as an incomplete snapshot by the caller.
     """
-    if (snapshot / INDEX_FILE).exists():
+    if (snapshot / INDEX_NAME).exists():
         try:
-            weight_map = json.loads((snapshot / INDEX_FILE).read_text())["weight_map"]
+            weight_map = json.loads((snapshot / INDEX_NAME).read_text())["weight_map"]
             shards = sorted(set(weight_map.values()))
         except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise FetchError(f"{INDEX_FILE} of {where} is not a valid index ({e})") from e
+            raise FetchError(f"{INDEX_NAME} of {where} is not a valid index ({e})") from e
         missing = [s for s in shards if available is not None and s not in available]
         if missing:
-            raise FetchError(f"{INDEX_FILE} of {where} names shards that are not in the repository: {missing}")
+            raise FetchError(f"{INDEX_NAME} of {where} names shards that are not in the repository: {missing}")
         return shards
-    if available is None or SINGLE_WEIGHTS in available:
-        return [SINGLE_WEIGHTS]
-    raise FetchError(f"{where} has neither {INDEX_FILE} nor {SINGLE_WEIGHTS}")
+    if available is None or SINGLE_NAME in available:
+        return [SINGLE_NAME]
+    raise FetchError(f"{where} has neither {INDEX_NAME} nor {SINGLE_NAME}")
 
 
 def _verify(snapshot: Path, expected: dict[str, FileRecord], where: str, stamp: Stamp | None, say: Log) -> None:
