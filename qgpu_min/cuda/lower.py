@@ -15,7 +15,7 @@ The launch's arrays go between the two.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..machine.isa import (MEM_WORDS, N_POST, N_PRE, STORE_OPS, ZERO, Block, CapacityError, Instr, Program,
                            Term, annotate_liveness, check_program)
@@ -24,6 +24,7 @@ from .lower_ir import RZ, MemoryLayout, V
 from .lower_ops import Lowerer
 from .lower_opt import optimize
 from .lower_regalloc import allocate
+from .lower_warn import warp_size_warnings
 from .ptx import Function, PtxModule
 
 
@@ -31,6 +32,7 @@ from .ptx import Function, PtxModule
 class Lowered:
     program: Program
     layout: MemoryLayout
+    warnings: list[str] = field(default_factory=list)   # code that runs but assumes 32-lane warps (lower_warn)
 
 
 def _align(x: int, a: int) -> int:
@@ -178,4 +180,4 @@ def lower(module: PtxModule, kernel: Function) -> Lowered:
     program = Program(machine, params)
     annotate_liveness(program)
     check_program(program)
-    return Lowered(program, lay)
+    return Lowered(program, lay, warp_size_warnings(module, kernel))

@@ -46,6 +46,12 @@ def _dim(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple
     return None if value is None else parse_dim(value, f"--{param.name}")
 
 
+def _warn(warnings: list[str]) -> None:
+    """The lowering's warnings (the kernel still runs) on stderr, so --json stdout stays one object."""
+    for w in warnings:
+        click.echo(f"warning: {w}", err=True)
+
+
 def _ints(values) -> list[int]:
     return [int(v) for v in values]
 
@@ -83,6 +89,7 @@ def run(source: Path, arg_texts: tuple[str, ...], kernel: str | None, grid: tupl
     # syntax first, so a typo is reported before the (slow) compiler runs
     values = [parse_value(text, f"--arg #{k}") for k, text in enumerate(arg_texts, start=1)]
     compiled = compile_kernel(source, kernel=kernel, compiler=compiler)
+    _warn(compiled.warnings)
     args = bind_args(values, compiled.params, compiled.name)
     block = block or default_block(values, MAX_THREADS_PER_CTA)
     result = launch(compiled, args, grid=grid, block=block, backend=backend, step_limit=step_limit)
@@ -95,6 +102,7 @@ def run(source: Path, arg_texts: tuple[str, ...], kernel: str | None, grid: tupl
             "tokens": {"prompt": int(result.tokens["prompt"]), "generated": int(result.tokens["generated"])},
             "backend": result.backend,
             "compiler": compiled.compiler,
+            "warnings": compiled.warnings,
         }))
     else:
         for name, v in arrays.items():
@@ -116,4 +124,6 @@ def compile_cmd(source: Path, kernel: str | None, compiler: str | None, show_ptx
         return
     from .launch import compile_kernel, format_kernel
 
-    click.echo(format_kernel(compile_kernel(source, kernel=kernel, compiler=compiler)))
+    compiled = compile_kernel(source, kernel=kernel, compiler=compiler)
+    _warn(compiled.warnings)
+    click.echo(format_kernel(compiled))

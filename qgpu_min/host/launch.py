@@ -46,6 +46,7 @@ class CompiledKernel:
     memory: MemoryLayout
     compiler: str
     ptx: str
+    warnings: list[str] = field(default_factory=list)   # the lowering's: runs, but assumes 32-lane warps
 
     def listing(self) -> str:
         return format_kernel(self)
@@ -156,7 +157,8 @@ def compile_kernel(source: str | Path, kernel: str | None = None, compiler: str 
     fn = select_kernel(module, kernel)
     lowered = lower(module, fn)
     return CompiledKernel(fn.demangled.rsplit("::", 1)[-1] if fn.demangled else fn.name,
-                          _params(fn, _cuda_text(source)), lowered.program, lowered.layout, res.compiler, res.text)
+                          _params(fn, _cuda_text(source)), lowered.program, lowered.layout, res.compiler, res.text,
+                          lowered.warnings)
 
 
 def _cuda_text(source: str | Path) -> str | None:
