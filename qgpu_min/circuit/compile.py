@@ -84,6 +84,12 @@ def _time_of_layer(kind: str, layer: int) -> int:
     return 2 * layer + (1 if kind == "mlp" else 0)
 
 
+def _on_residual(born: int, cleared: int | None, t: int) -> bool:
+    """Whether a group born at time `born` and cleared by layer `cleared`'s MLP (None: kept to the end) is
+    on the residual stream at norm point t (2L-1: attention L's input, 2L: MLP L's)."""
+    return born <= t and (cleared is None or 2 * cleared + 1 > t)
+
+
 @dataclass
 class Plan:
     circuit: Circuit
@@ -98,6 +104,10 @@ class Plan:
     ballast_dims: tuple[int, ...]
     ballast: list                  # per norm point (time 2L-1 -> before attention L, 2L -> before MLP L)
     n_layers: int
+
+    def live_groups(self, t: int) -> list[int]:
+        """ids of the root groups on the residual stream at norm point t."""
+        return [gid for gid, b in self.birth.items() if _on_residual(b, self.clear_at.get(gid), t)]
 
     def used_dims(self) -> set[int]:
         out = set(self.const_dims) | set(self.ballast_dims)
@@ -189,7 +199,7 @@ def plan(c: Circuit, shape: BaseShape = BaseShape(), keep: list[Group] = (), mlp
     # ballast per norm point: time 2L-1 (before attention L) and 2L (before MLP L)
     ballast = []
     for t in range(-1, 2 * n_layers):
-        live = sum(1 for gid, b in birth.items() if b <= t and (gid not in clear_at or 2 * clear_at[gid] + 1 > t))
+        live = sum(1 for gid, b in birth.items() if _on_residual(b, clear_at.get(gid), t))
         ballast.append(_four_squares(shape.hidden - live - 2))
     return Plan(c, shape, ops, layer_of, birth, clear_at, dims, groups, const_dims, ballast_dims, ballast,
                 n_layers)
@@ -291,7 +301,7 @@ def all_rows(rows: int) -> int:
     return m
 
 
-def _term_dims(p: Plan, g: Group, e: int) -> int | None:
+def _term_dim(p: Plan, g: Group, e: int) -> int | None:
     phys = g.phys(e)
     if phys is None:
         return None
@@ -335,7 +345,7 @@ def _gate_units(p: Plan, mlp: _Mlp, gate: Gate, dims: list[int], scale: float = 
         terms: dict[int, float] = {}
         theta = float(u.theta)
         for g, e, w in u.terms:
-            d = _term_dims(p, g, e)
+            d = _term_dim(p, g, e)
             if d is None:
                 continue
             if d == p.const_dims[0]:
@@ -346,6 +356,14 @@ def _gate_units(p: Plan, mlp: _Mlp, gate: Gate, dims: list[int], scale: float = 
         for e, cf in u.out:
             out[dims[e]] = out.get(dims[e], 0.0) + cf * scale
         mlp.unit(terms, theta, out)
+
+
+def _write_always(p: Plan, h: int, z: Coo, b: Coo) -> None:
+    """Head h writes on every circuit token (beta = 1) and passes its output ungated (silu(z) = Z_GATE,
+    undone by the output projection's 1/Z_GATE)."""
+    b.add(h, p.const_dims[0], B_WRITE)
+    for ch in range(p.shape.head_dim):
+        z.add(h * p.shape.head_dim + ch, p.const_dims[0], Z_GATE)
 
 
 def _mem_heads(p: Plan, op: MemOp, first_head: int, qkv: Coo, z: Coo, b: Coo, out: Coo) -> int:
@@ -365,25 +383,23 @@ def _mem_heads(p: Plan, op: MemOp, first_head: int, qkv: Coo, z: Coo, b: Coo, ou
     for port, addr in enumerate(op.read_addrs):
         h = first_head + port
         for a in range(op.mem.rows):
-            dq = _term_dims(p, addr, a)
+            dq = _term_dim(p, addr, a)
             if dq is not None:
                 qkv.add(h * hd + a, dq, A_KEY)
         for a in range(key_channels):
             for e in key_elems(a):
-                dk = _term_dims(p, op.write_addr, e)
+                dk = _term_dim(p, op.write_addr, e)
                 if dk is not None:
                     qkv.add(key0 + h * hd + a, dk, A_KEY)
         for i, g in enumerate(op.write_value):
             for e in range(g.size):
-                d = _term_dims(p, g, e)
+                d = _term_dim(p, g, e)
                 if d is not None:
                     qkv.add(val0 + h * hd + offsets[i] + e, d, L_VALUE)
                 out.add(p.dims[id(op.outputs[port][i])][e], h * hd + offsets[i] + e, 1.0 / Z_GATE)
         for f in range(ROW_ACTIVE - len(op.mem.fields)):  # filler channels: constant-RMS rows
             qkv.add(val0 + h * hd + offsets[-1] + f, c0, L_VALUE)
-        b.add(h, c0, B_WRITE)
-        for ch in range(hd):
-            z.add(h * hd + ch, c0, Z_GATE)
+        _write_always(p, h, z, b)
     return len(op.read_addrs)
 
 
@@ -394,9 +410,7 @@ def _const_head(p: Plan, h: int, delta: tuple[int, ...], qkv: Coo, z: Coo, b: Co
     qkv.add(H * hd + h * hd, c0, A_KEY)
     for ch in range(ROW_ACTIVE):
         qkv.add(2 * H * hd + h * hd + ch, c0, L_VALUE)
-    b.add(h, c0, B_WRITE)
-    for ch in range(hd):
-        z.add(h * hd + ch, c0, Z_GATE)
+    _write_always(p, h, z, b)
     for d, v in zip(p.ballast_dims, delta):
         out.add(d, h * hd, v / Z_GATE)
 
@@ -414,7 +428,7 @@ def emit(p: Plan, out_code: OutputCode | None = None) -> list[LayerWeights]:
         for og, ig in out_code.pairs:
             if og.size != ig.size:
                 raise CircuitError(f"output code: {og.name} and {ig.name} differ in size")
-            code_dims[id(og)] = ([_term_dims(p, ig, e) for e in range(ig.size)], out_code.amplitude)
+            code_dims[id(og)] = ([_term_dim(p, ig, e) for e in range(ig.size)], out_code.amplitude)
     layers = []
     for L in range(p.n_layers):
         qkv, z, b, a, out = Coo((conv_dim, H)), Coo((nh * hd, H)), Coo((nh, H)), Coo((nh, H)), Coo((H, nh * hd))
@@ -447,7 +461,7 @@ def emit(p: Plan, out_code: OutputCode | None = None) -> list[LayerWeights]:
                 for e in range(og.size):
                     mlp.unit({dims[e]: 1.0}, 0, {dims[e]: -1.0})  # the token's own code
                     if id(og.root) not in made_here:
-                        mlp.unit({_term_dims(p, og, e): 1.0}, 0, {dims[e]: amp})
+                        mlp.unit({_term_dim(p, og, e): 1.0}, 0, {dims[e]: amp})
         mlp.unit({}, -1.0, const_out)  # relu(1) = 1: the constants
         for g in gates:
             _gate_units(p, mlp, g, *targets[id(g)])
@@ -468,9 +482,8 @@ def emit(p: Plan, out_code: OutputCode | None = None) -> list[LayerWeights]:
 def live_dims(p: Plan, t: int) -> set[int]:
     """Dims that are nonzero on circuit tokens at norm point t (2L-1: attention L's input, 2L: MLP L's)."""
     out = set(p.const_dims) | set(p.ballast_dims)
-    for gid, b in p.birth.items():
-        if gid in p.dims and b <= t and (gid not in p.clear_at or 2 * p.clear_at[gid] + 1 > t):
-            out.update(p.dims[gid])
+    for gid in p.live_groups(t):
+        out.update(p.dims.get(gid, ()))
     return out
 
 

@@ -18,6 +18,7 @@ from qgpu_min.model.bf16 import bf16_to_f32
 
 from .compile import LayerWeights, Plan
 from .ir import CircuitError, Gate, Unit, weights_by_element
+from .tokens import CHUNK
 
 BF16_EXACT_INT = 256
 
@@ -87,8 +88,8 @@ def text_gate_check(layers: list[LayerWeights], text_rows: np.ndarray, qk_rows: 
             rows = np.repeat(np.arange(sp.shape[0]), np.diff(sp.indptr))
             sel = np.isin(rows, used)
             dense[np.searchsorted(used, rows[sel]), sp.indices[sel]] = bf16_to_f32(sp.values[sel])
-            top = max(float((text_rows[row:row + 16384] @ dense.T).max())
-                      for row in range(0, len(text_rows), 16384))  # in blocks: [V, units] stays small
+            top = max(float((text_rows[row:row + CHUNK] @ dense.T).max())
+                      for row in range(0, len(text_rows), CHUNK))  # in blocks: [V, units] stays small
             if top > limit:
                 raise CircuitError(f"layer {i} {name}: a text token reaches pre-activation {top:.1f} > {limit}; "
                                    "the circuit would not be silent on text")

@@ -21,8 +21,7 @@ class Cost:
 def _peak_dims(p: Plan) -> int:
     peak = 0
     for t in range(-1, 2 * p.n_layers):
-        live = sum(len(p.dims[g]) for g, b in p.birth.items()
-                   if b <= t and (g not in p.clear_at or 2 * p.clear_at[g] + 1 > t) and g in p.dims)
+        live = sum(len(p.dims[g]) for g in p.live_groups(t) if g in p.dims)
         peak = max(peak, live)
     return peak
 
