@@ -10,7 +10,7 @@ from qgpu_min.model import kernels
 from qgpu_min.model.bf16 import round_bf16
 
 from . import lib
-from .compile import BaseShape, add_mute, check_exact_weights, emit, plan
+from .compile import BaseShape, LayerWeights, Plan, add_mute, check_exact_weights, emit, plan
 from .ir import Circuit, CircuitError, Word
 from .margin import static_check, text_gate_check
 from .run import circuit_model, embedding_rows, read_groups
@@ -94,10 +94,6 @@ def op_circuit(names: tuple[str, ...]) -> tuple[Circuit, Word, Word, dict]:
     return c, a, b, outs
 
 
-def _decode(values_of, out) -> np.ndarray:
-    return values_of(out if isinstance(out, list) else [out])
-
-
 def check_library(n: int, modes: tuple[str, ...] = ("fp32", "bf16"), seed: int = 0,
                   shape: BaseShape = BaseShape()) -> list[Check]:
     """Every op on n operand pairs: IR simulation and compiled weights (each mode) against NumPy."""
@@ -116,10 +112,7 @@ def check_library(n: int, modes: tuple[str, ...] = ("fp32", "bf16"), seed: int =
                         f"max active pre-activation {margins.max_active}"
                         + ("" if margins.ok else "; " + margins.problems[0])))
         rows = embedding_rows(p, inp)
-        hidden = {}
-        for mode in modes:
-            model = circuit_model(layers, shape, rows, mode)
-            hidden[mode] = model.forward_hidden(model.new_state(), list(range(len(A))))
+        hidden = {mode: _run_compiled(layers, shape, rows, mode) for mode in modes}
         for k in names:
             want = np.asarray(OPS[k][1](A, B)).astype(np.int64)
             out = outs[k]
@@ -131,7 +124,7 @@ def check_library(n: int, modes: tuple[str, ...] = ("fp32", "bf16"), seed: int =
             detail = f"{len(A)} cases" if ok else _first_diff("IR", A, B, got_ir, want)
             for mode in modes:
                 try:
-                    got = _pack(lambda groups, m=mode: read_groups(p, hidden[m], groups), out)
+                    got = _compiled_value(p, hidden[mode], out)
                 except CircuitError as e:
                     ok, detail = False, f"{mode}: {e}"
                     continue
@@ -142,8 +135,21 @@ def check_library(n: int, modes: tuple[str, ...] = ("fp32", "bf16"), seed: int =
 
 
 def _pack(values_of, out) -> np.ndarray:
-    bits = _decode(values_of, out)
+    """The integer a word (or one bit) holds per case; values_of(groups) gives element indices [N, groups]."""
+    bits = values_of(out if isinstance(out, list) else [out])
     return (bits << np.arange(bits.shape[1])).sum(axis=1)
+
+
+def _run_compiled(layers: list[LayerWeights], shape: BaseShape, rows: np.ndarray, mode: str) -> np.ndarray:
+    """Final hidden rows [N, hidden] of the compiled layers run by the model runtime, one token per
+    embedding row, all in one sequence."""
+    model = circuit_model(layers, shape, rows, mode)
+    return model.forward_hidden(model.new_state(), list(range(len(rows))))
+
+
+def _compiled_value(p: Plan, hidden: np.ndarray, out) -> np.ndarray:
+    """The integer a word (or bit) holds per row of compiled hidden states; raises unless exact."""
+    return _pack(lambda groups: read_groups(p, hidden, groups), out)
 
 
 def _first_diff(where: str, A, B, got, want) -> str:
@@ -179,10 +185,9 @@ def check_alu(n: int, modes: tuple[str, ...] = ("fp32", "bf16"), seed: int = 0,
     margins = static_check(p)
     rows = embedding_rows(p, inp)
     for mode in modes:
-        model = circuit_model(layers, shape, rows, mode)
-        h = model.forward_hidden(model.new_state(), list(range(len(A))))
+        h = _run_compiled(layers, shape, rows, mode)
         try:
-            got = (read_groups(p, h, r) << np.arange(32)).sum(1)
+            got = _compiled_value(p, h, r)
         except CircuitError as e:
             ok, detail = False, f"{mode}: {e}"
             continue
@@ -219,10 +224,9 @@ def check_memory(tokens: int = 60, modes: tuple[str, ...] = ("fp32", "bf16"), se
     emb = embedding_rows(p, inp)
     out = []
     for mode in modes:
-        model = circuit_model(layers, shape, emb, mode)
-        h = model.forward_hidden(model.new_state(), list(range(tokens)))
+        h = _run_compiled(layers, shape, emb, mode)
         try:
-            got = np.stack([(read_groups(p, h, w) << np.arange(32)).sum(1) for w in (ports[0], ports[1], total)], 1)
+            got = np.stack([_compiled_value(p, h, w) for w in (ports[0], ports[1], total)], 1)
             ok = bool((got == want).all())
             detail = f"{tokens} tokens" if ok else f"token {int(np.argmax((got != want).any(1)))} differs"
         except CircuitError as e:
