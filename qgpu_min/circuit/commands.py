@@ -33,6 +33,7 @@ def circuit_report_command(no_mul: bool, lanes: bool) -> None:
     """Print the cost of every library op (MLP layers, units, heads, residual dims) and of the demo circuit."""
     from .compile import plan
     from .demos import demo_circuit
+    from .ir import Gate
     from .lib import ALU_OPS
     from .report import cost_table, format_table, lanes_cost
 
@@ -45,7 +46,7 @@ def circuit_report_command(no_mul: bool, lanes: bool) -> None:
     p = plan(d.circuit, keep=[ig for _, ig in d.out_code.pairs])
     units = {L: 0 for L in range(p.n_layers)}
     for op in p.ops:
-        if hasattr(op, "units"):
+        if isinstance(op, Gate):
             units[p.layer_of[id(op)]] += len(op.units)
     click.echo(f"\ndemo circuit (RAM + 15-op ALU + output code): {p.n_layers} circuit layers, "
                f"{len(p.used_dims())} residual dims, gate units per layer {list(units.values())}")

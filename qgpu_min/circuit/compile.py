@@ -54,6 +54,12 @@ class BaseShape:
     conv_kernel: int = 4
     eps: float = 1e-6
 
+    @property
+    def qk_rows(self) -> int:
+        """The query and key rows of in_proj_qkv: the ones a text gate must silence (with zero keys and
+        queries a text token writes and reads nothing, so values need no gate)."""
+        return 2 * self.heads * self.head_dim
+
     @classmethod
     def from_config(cls, cfg) -> "BaseShape":
         if cfg.linear_num_key_heads != cfg.linear_num_value_heads:
@@ -491,14 +497,13 @@ def add_mute(layers: list[LayerWeights], gates: dict, shape: BaseShape) -> None:
     """Add B * T(u) to every used MLP unit (gate gates[("mlp", L)]) and every used query/key channel
     (gates[("attn", L)]), B sized per row from its own weights (see Mute). Values need no gate: with a
     zero key a text token writes nothing, and with a zero query it reads nothing."""
-    qk_rows = 2 * shape.heads * shape.head_dim
     for L, lw in enumerate(layers):
         for name, kind in (("gate", "mlp"), ("qkv", "attn")):
             mute: Mute = gates[(kind, L)]
             lam_dims = np.nonzero(mute.lam)[0]
             m: Coo = lw.mats[name]
             rows, cols, vals = m.summed()
-            keep = rows < (qk_rows if name == "qkv" else m.shape[0])
+            keep = rows < (shape.qk_rows if name == "qkv" else m.shape[0])
             rows, cols, vals = rows[keep], cols[keep], vals[keep]
             if not len(rows):
                 continue

@@ -28,6 +28,15 @@ SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json
               "vocab.json", "merges.txt")
 
 
+def _bf16(x: np.ndarray) -> np.ndarray:
+    return f32_to_bf16(np.ascontiguousarray(x, np.float32))
+
+
+def _check_token_rows(token_rows: np.ndarray, shape: BaseShape) -> None:
+    if token_rows.ndim != 2 or token_rows.shape[1] != shape.hidden:
+        raise CircuitError(f"circuit token rows must be [N, {shape.hidden}], got {list(token_rows.shape)}")
+
+
 def layer_tensors(lw: LayerWeights, shape: BaseShape, prefix: str) -> dict:
     """name -> (dtype, shape, array) for one circuit layer, dense, in the published dtypes."""
     H, nh, hd = shape.hidden, shape.heads, shape.head_dim
@@ -42,11 +51,11 @@ def layer_tensors(lw: LayerWeights, shape: BaseShape, prefix: str) -> dict:
         dense[rows, cols] = f32_to_bf16(vals.astype(np.float32))
         out[prefix + names[short]] = ("BF16", coo.shape, dense)
     v = lw.vecs
-    bf = lambda x: f32_to_bf16(np.ascontiguousarray(x, np.float32))  # noqa: E731
-    out[prefix + "input_layernorm.weight"] = ("BF16", (H,), bf(v["in_norm"]))
-    out[prefix + "post_attention_layernorm.weight"] = ("BF16", (H,), bf(v["post_norm"]))
-    out[prefix + "linear_attn.conv1d.weight"] = ("BF16", (3 * nh * hd, 1, shape.conv_kernel), bf(v["conv"][:, None, :]))
-    out[prefix + "linear_attn.dt_bias"] = ("BF16", (nh,), bf(v["dt_bias"]))
+    out[prefix + "input_layernorm.weight"] = ("BF16", (H,), _bf16(v["in_norm"]))
+    out[prefix + "post_attention_layernorm.weight"] = ("BF16", (H,), _bf16(v["post_norm"]))
+    out[prefix + "linear_attn.conv1d.weight"] = ("BF16", (3 * nh * hd, 1, shape.conv_kernel),
+                                                 _bf16(v["conv"][:, None, :]))
+    out[prefix + "linear_attn.dt_bias"] = ("BF16", (nh,), _bf16(v["dt_bias"]))
     out[prefix + "linear_attn.A_log"] = ("F32", (nh,), np.ascontiguousarray(v["A_log"], np.float32))
     out[prefix + "linear_attn.norm.weight"] = ("F32", (hd,), np.ascontiguousarray(v["gdn_norm"], np.float32))
     return out
@@ -64,8 +73,7 @@ def write_merged(base_dir: str | Path, out_dir: str | Path, layers: list[LayerWe
                            f"!= the circuit's {shape.hidden}/{shape.intermediate}")
     if not (raw.get("tie_word_embeddings", text.get("tie_word_embeddings", True))):
         raise CircuitError("the circuit's output code needs tied embeddings (tie_word_embeddings true)")
-    if token_rows.ndim != 2 or token_rows.shape[1] != shape.hidden:
-        raise CircuitError(f"circuit token rows must be [N, {shape.hidden}], got {list(token_rows.shape)}")
+    _check_token_rows(token_rows, shape)
     n = len(layers)
     base_types = list(text["layer_types"])
     vocab = int(text["vocab_size"])
@@ -79,7 +87,7 @@ def write_merged(base_dir: str | Path, out_dir: str | Path, layers: list[LayerWe
         if name == f"{prefix}embed_tokens.weight":
             if info.shape[0] != vocab:
                 raise CircuitError(f"embed_tokens has {info.shape[0]} rows, config vocab_size {vocab}")
-            data = np.concatenate([np.asarray(data), f32_to_bf16(np.ascontiguousarray(token_rows, np.float32))])
+            data = np.concatenate([np.asarray(data), _bf16(token_rows)])
             tensors[name] = (info.dtype, data.shape, data)
             continue
         if name.startswith(f"{prefix}layers."):
@@ -127,7 +135,7 @@ def build_merged(circuit: Circuit, toks: CircuitTokens, out_code: OutputCode, ba
     text = normalised_text_rows(MappedFiles().array(next(iter(infos.values()))), shape.eps)
     gates = text_gates(p, text)
     add_mute(layers, gates, shape)
-    worst = text_gate_check(layers, text, 2 * shape.heads * shape.head_dim)
+    worst = text_gate_check(layers, text, shape.qk_rows)
     path = write_merged(base_dir, out_dir, layers, shape, token_rows(p, toks))
     return Built(path, toks, cfg.vocab_size, len(layers), min(g.tau for g in gates.values()), worst,
                  [lw.units for lw in layers], [lw.heads for lw in layers])
@@ -139,8 +147,7 @@ def write_circuit_only(out_dir: str | Path, layers: list[LayerWeights], shape: B
     Qwen3.5 cache needs one; zero o_proj and down_proj make it an exact identity), and a vocabulary of the
     circuit tokens alone (flat `Qwen3_5ForCausalLM` config, tensors under `model.`)."""
     out_dir = Path(out_dir)
-    if token_rows.ndim != 2 or token_rows.shape[1] != shape.hidden:
-        raise CircuitError(f"circuit token rows must be [N, {shape.hidden}], got {list(token_rows.shape)}")
+    _check_token_rows(token_rows, shape)
     H, I, n = shape.hidden, shape.intermediate, len(layers)
     heads, kv, hd = 8, 2, 256  # the published attention shapes; the layer is all zeros anyway
     tensors: dict = {}
@@ -154,7 +161,7 @@ def write_circuit_only(out_dir: str | Path, layers: list[LayerWeights], shape: B
              "mlp.down_proj.weight": (H, I)}
     for name, shp in zeros.items():
         tensors[q + name] = ("BF16", shp, np.zeros(shp, np.uint16))
-    rows = f32_to_bf16(np.ascontiguousarray(token_rows, np.float32))
+    rows = _bf16(token_rows)
     tensors["model.embed_tokens.weight"] = ("BF16", rows.shape, rows)
     tensors["model.norm.weight"] = ("BF16", (H,), np.zeros(H, np.uint16))
     config = {

@@ -252,7 +252,7 @@ def check_text_mute(n_text: int = 256, modes: tuple[str, ...] = ("fp32", "bf16")
     normed = (text / np.sqrt(np.mean(text.astype(np.float64) ** 2, 1, keepdims=True) + shape.eps)).astype(np.float32)
     gates = text_gates(p, normed)
     add_mute(layers, gates, shape)
-    worst = text_gate_check(layers, normed, 2 * shape.heads * shape.head_dim)
+    worst = text_gate_check(layers, normed, shape.qk_rows)
     circ = embedding_rows(p, {wa: np.array([17, 3, 16]), ra: np.array([3, 3, 3]),
                               **word_inputs(wv, np.array([7, 12345, 0]))})
     emb = np.concatenate([text, circ])
