@@ -71,7 +71,7 @@ def bench_matvec(rng: np.random.Generator, repeat: int, lm_head: bool) -> None:
 
 
 # Every decode matvec of one Qwen3.5-2B layer of each kind, grouped as they share an input (a group is one
-# fused call when the core has matvec_bf16_multi); the 2B model has 18 DeltaNet + 6 attention layers.
+# fused call with matvec_bf16_multi); the 2B model has 18 DeltaNet + 6 attention layers.
 DELTANET_LAYER = [[("in_proj_qkv", 6144, 2048), ("in_proj_z", 2048, 2048), ("in_proj_b", 16, 2048),
                    ("in_proj_a", 16, 2048)], [("out_proj", 2048, 2048)],
                   [("gate_proj", 6144, 2048), ("up_proj", 6144, 2048)], [("down_proj", 2048, 6144)]]
@@ -108,8 +108,6 @@ def bench_decode_layers(rng: np.random.Generator, repeat: int) -> None:
     print(f"\ndecode matvecs of one token, 24 layers ({calls} calls, {nbytes / 1e9:.2f} GB of weights): "
           f"copy {t_copy * 1e3:.1f} ms")
     for name, fn in (("separate", separate), ("fused", fused)):
-        if name == "fused" and not hasattr(K, "matvec_bf16_multi"):
-            continue
         t = best_time(fn, repeat)
         print(f"  {name:<9} {t * 1e3:7.1f} ms  {nbytes / t / 1e9:5.1f} GB/s  time/copy {t / t_copy:5.2f}")
 
@@ -141,14 +139,20 @@ def bench_sparse(rng: np.random.Generator, repeat: int) -> None:
               f"dense/sparse {t_dense / t_sp:6.1f}")
 
 
+def deltanet_inputs(rng: np.random.Generator, lead: tuple[int, ...], h: int, dk: int,
+                    dv: int) -> tuple[np.ndarray, ...]:
+    """q, k, v, g, beta for tokens of shape `lead` (() one token, (T,) a prompt), as the model makes them:
+    q, k l2-normalised (q also / sqrt(dk)), g <= 0, beta in (0, 1)."""
+    q = R.l2norm(rng.standard_normal(lead + (h, dk)).astype(np.float32)) / np.float32(np.sqrt(dk))
+    k = R.l2norm(rng.standard_normal(lead + (h, dk)).astype(np.float32))
+    v = rng.standard_normal(lead + (h, dv)).astype(np.float32)
+    return q, k, v, -rng.random(lead + (h,)).astype(np.float32), rng.random(lead + (h,)).astype(np.float32)
+
+
 def bench_deltanet(rng: np.random.Generator, repeat: int) -> None:
     h, dk, dv = 16, 128, 128
     S = np.zeros((h, dk, dv), np.float32)
-    q = R.l2norm(rng.standard_normal((h, dk)).astype(np.float32)) / np.float32(np.sqrt(dk))
-    k = R.l2norm(rng.standard_normal((h, dk)).astype(np.float32))
-    v = rng.standard_normal((h, dv)).astype(np.float32)
-    g = -rng.random(h).astype(np.float32)
-    beta = rng.random(h).astype(np.float32)
+    q, k, v, g, beta = deltanet_inputs(rng, (), h, dk, dv)
     t_c = best_time(lambda: K.deltanet_step(S, q, k, v, g, beta), repeat * 10)
     t_ref = best_time(lambda: R.deltanet_step(S, q, k, v, g, beta), repeat * 10)
     print(f"\ndeltanet step {h}x{dk}x{dv}: C {t_c * 1e6:.0f} us, numpy {t_ref * 1e6:.0f} us")
@@ -158,11 +162,7 @@ def bench_prefill_recurrences(rng: np.random.Generator, repeat: int) -> None:
     """A 2B DeltaNet layer's recurrences over a 64-token prompt: one call per token vs one call in all."""
     t, h, dk, dv, c, k = 64, 16, 128, 128, 6144, 4
     S = np.zeros((h, dk, dv), np.float32)
-    q = R.l2norm(rng.standard_normal((t, h, dk)).astype(np.float32)) / np.float32(np.sqrt(dk))
-    kk = R.l2norm(rng.standard_normal((t, h, dk)).astype(np.float32))
-    v = rng.standard_normal((t, h, dv)).astype(np.float32)
-    g = -rng.random((t, h)).astype(np.float32)
-    beta = rng.random((t, h)).astype(np.float32)
+    q, kk, v, g, beta = deltanet_inputs(rng, (t,), h, dk, dv)
     state, taps = np.zeros((c, k - 1), np.float32), rng.standard_normal((c, k)).astype(np.float32)
     x = rng.standard_normal((t, c)).astype(np.float32)
     runs = {"deltanet": (lambda: [K.deltanet_step(S, q[i], kk[i], v[i], g[i], beta[i]) for i in range(t)],
