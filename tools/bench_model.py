@@ -176,8 +176,9 @@ def _mem_available() -> int:
 def text_tensors(path: Path) -> tuple[int, int]:
     """(parameters, stored bytes) of the text model, from the safetensors headers (nothing is loaded)."""
     from qgpu_min.model.safetensors_io import read_checkpoint_headers
+    from qgpu_min.model.weights import SKIPPED_PREFIXES
 
-    headers = read_checkpoint_headers(path, keep=lambda n: not n.startswith(("model.visual.", "mtp.")))
+    headers = read_checkpoint_headers(path, keep=lambda n: not n.startswith(SKIPPED_PREFIXES))
     return sum(int(np.prod(t.shape)) for t in headers.values()), sum(t.end - t.begin for t in headers.values())
 
 
@@ -223,6 +224,10 @@ def _paired(result: dict) -> str:
     return f"{np.median(r):.2f}x, {min(r):.2f}x ({len(r)} tokens)" if r else "-"
 
 
+def _fmt(value: float | None, pattern: str) -> str:
+    return "-" if value is None else pattern.format(value)
+
+
 def table(ours: dict, hf: dict | None, hf_note: str, args: argparse.Namespace, path: Path) -> str:
     bw = ours["bandwidth"]["best"]
     floor_ms = 1e3 * ours["bytes_per_token"] / bw
@@ -235,22 +240,21 @@ def table(ours: dict, hf: dict | None, hf_note: str, args: argparse.Namespace, p
              f"{ours['bandwidth']['single'] / GB:.1f} / {ours['bandwidth']['multi'] / GB:.1f} GB/s", "", ""),
             ("decode floor (bytes / bandwidth)", f"{floor_ms:.0f} ms/token", "", "")]
     h = hf or {}
-    fmt = lambda v, f: f.format(v) if v is not None else "-"  # noqa: E731
     rows += [
         ("", "ours", f"transformers ({h.get('dtype', hf_note)})" if hf else "transformers", "ours / transformers"),
-        ("load", fmt(ours["load_s"], "{:.1f} s"), fmt(h.get("load_s"), "{:.1f} s"), ""),
-        ("prefill", fmt(ours["prefill_tok_s"], "{:.1f} tok/s"), fmt(h.get("prefill_tok_s"), "{:.1f} tok/s"),
-         fmt(ours["prefill_tok_s"] / h["prefill_tok_s"] if hf else None, "{:.2f}x faster")),
-        ("decode", fmt(ours["decode_tok_s"], "{:.2f} tok/s"), fmt(h.get("decode_tok_s"), "{:.2f} tok/s"),
-         fmt(ours["decode_tok_s"] / h["decode_tok_s"] if hf else None, "{:.2f}x faster")),
+        ("load", _fmt(ours["load_s"], "{:.1f} s"), _fmt(h.get("load_s"), "{:.1f} s"), ""),
+        ("prefill", _fmt(ours["prefill_tok_s"], "{:.1f} tok/s"), _fmt(h.get("prefill_tok_s"), "{:.1f} tok/s"),
+         _fmt(ours["prefill_tok_s"] / h["prefill_tok_s"] if hf else None, "{:.2f}x faster")),
+        ("decode", _fmt(ours["decode_tok_s"], "{:.2f} tok/s"), _fmt(h.get("decode_tok_s"), "{:.2f} tok/s"),
+         _fmt(ours["decode_tok_s"] / h["decode_tok_s"] if hf else None, "{:.2f}x faster")),
         ("decode token, median / best", f"{ours['decode_ms_median']:.0f} / {ours['decode_ms_best']:.0f} ms",
          f"{h['decode_ms_median']:.0f} / {h['decode_ms_best']:.0f} ms" if hf else "-", ""),
         ("decode time / floor (mean, best)",
          f"{1e3 / ours['decode_tok_s'] / floor_ms:.2f}x, {ours['decode_ms_best'] / floor_ms:.2f}x",
          f"{1e3 / h['decode_tok_s'] / floor_ms:.2f}x, {h['decode_ms_best'] / floor_ms:.2f}x" if hf else "-", ""),
         ("decode / floor, paired (median, best)", _paired(ours), "", ""),
-        ("peak RSS", f"{ours['peak_rss'] / GB:.2f} GB", fmt(h.get("peak_rss", None) and h["peak_rss"] / GB, "{:.2f} GB"),
-         ""),
+        ("peak RSS", f"{ours['peak_rss'] / GB:.2f} GB",
+         _fmt(h.get("peak_rss", None) and h["peak_rss"] / GB, "{:.2f} GB"), ""),
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
