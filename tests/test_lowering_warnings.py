@@ -131,6 +131,11 @@ def test_volatile_steps_with_barrier_label_or_new_base_are_silent(between):
     assert _warnings("mov.u32 %r1, 64;\n" + _STEP.format(o=64) + between + _STEP.format(o=32)) == []
 
 
+def test_syncwarp_does_not_silence_volatile_steps():
+    # __syncwarp() spans the 4 lanes of a warp here, not the 32 the code relies on
+    assert len(_warnings("mov.u32 %r1, 64;\n" + _STEP.format(o=64) + "bar.warp.sync -1;\n" + _STEP.format(o=32))) == 1
+
+
 def test_volatile_steps_within_4_lanes_are_silent():
     # sdata[tid] += sdata[tid + 2]; sdata[tid] += sdata[tid + 1]: lanes of one 4-lane warp
     assert _warnings("mov.u32 %r1, 64;\n" + _STEP.format(o=8) + _STEP.format(o=4)) == []

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from ..machine.isa import LANES
 from .lower_bits import _written, constant_registers
-from .ptx import Function, Imm, Instr, Label, Mem, PtxModule, Reg, SReg, Sym, type_width
 from .lower_ir import INT_TYPES
+from .ptx import Function, Imm, Instr, Label, Mem, PtxModule, Reg, SReg, Sym, type_width
 
 WARP32 = {"and": 31, "rem": 32}        # opcode -> the constant that makes it "% 32" on the thread index
 BARRIERS = {"bar", "barrier"}           # bar.sync / barrier.sync (CTA-wide; bar.warp.sync spans 4 lanes here)
@@ -83,20 +83,22 @@ def _volatile_neighbours(fn: Function) -> tuple[int, str] | None:
     register, same straight-line stretch, no CTA barrier between), as described in the module docstring."""
     stored: dict[str, set[int]] = {}      # base register -> byte offsets this thread stored to
     for ins in fn.body:
-        if isinstance(ins, Label) or ins.opcode in BARRIERS or ins.opcode in ("bra", "call", "ret", "exit"):
+        if isinstance(ins, Label) or ins.opcode in ("bra", "call", "ret", "exit") \
+                or (ins.opcode in BARRIERS and "warp" not in ins.mods):
             stored.clear()
             continue
         if "volatile" in ins.mods and not {"global", "local", "const", "param"} & set(ins.mods):
             mem = next((o for o in ins.operands if isinstance(o, Mem)), None)
             width = next((type_width(m) for m in ins.mods if m in INT_TYPES), None)
             if mem is not None and isinstance(mem.base, Reg) and width:
-                far = LANES * max(width // 8, 1)
-                if ins.opcode == "ld" and any(abs(mem.offset - o) >= far for o in stored.get(mem.base.name, ())):
-                    step = min(abs(mem.offset - o) for o in stored[mem.base.name]) // max(width // 8, 1)
-                    return ins.line, (f"{_where(ins)}: volatile shared memory read {step} elements from this thread's "
-                            f"earlier store with no __syncthreads() between: warp-synchronous code written for "
-                            f"32-lane warps; a warp here has {LANES} lanes and other warps run at other times, "
-                            f"so put __syncthreads() between the steps")
+                size = max(width // 8, 1)
+                far = [abs(mem.offset - o) // size for o in stored.get(mem.base.name, ())
+                       if abs(mem.offset - o) >= LANES * size]
+                if ins.opcode == "ld" and far:
+                    return ins.line, (f"{_where(ins)}: volatile shared memory read {min(far)} elements from this "
+                                      f"thread's earlier store with no __syncthreads() between: warp-synchronous "
+                                      f"code written for 32-lane warps; a warp here has {LANES} lanes and other "
+                                      f"warps run at other times, so put __syncthreads() between the steps")
                 if ins.opcode == "st":
                     stored.setdefault(mem.base.name, set()).add(mem.offset)
                     continue
