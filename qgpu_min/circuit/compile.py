@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from qgpu_min.model.bf16 import f32_to_bf16, round_bf16
+from qgpu_min.model.config import TextConfig
 from qgpu_min.model.kernels_ref import SparseBF16
 
 from .ir import CONST, ROW_ACTIVE, ROW_CHANNELS, Circuit, CircuitError, Gate, Group, MemOp
@@ -61,7 +62,7 @@ class BaseShape:
         return 2 * self.heads * self.head_dim
 
     @classmethod
-    def from_config(cls, cfg) -> "BaseShape":
+    def from_config(cls, cfg: TextConfig) -> "BaseShape":
         if cfg.linear_num_key_heads != cfg.linear_num_value_heads:
             raise CircuitError("circuit layers need linear_num_key_heads == linear_num_value_heads")
         if cfg.linear_key_head_dim != ROW_CHANNELS or cfg.linear_value_head_dim != ROW_CHANNELS:

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from qgpu_min.model.forward import Model, State
+
 from . import lib
 from .compile import OutputCode
 from .ir import CONST, Circuit, Group, Word, view
@@ -117,13 +119,13 @@ def build_demo(base_dir: str | Path, out_dir: str | Path) -> Built:
     return build_merged(d.circuit, d.tokens, d.out_code, base_dir, out_dir)
 
 
-def run_tokens(model, state, ids: list[int]) -> int:
+def run_tokens(model: Model, state: State, ids: list[int]) -> int:
     """Feed ids; the argmax over the whole vocabulary after the last one."""
     logits = model.prefill(state, ids)
     return int(np.argmax(logits))
 
 
-def generate(model, built: Built, prompt: list[str], max_new: int = 8) -> list[str]:
+def generate(model: Model, built: Built, prompt: list[str], max_new: int = 8) -> list[str]:
     """Feed the prompt tokens, then let the model pick (greedy, whole vocabulary) until END."""
     names = built.tokens.names
     ids = [built.base_vocab + built.tokens.index(n) for n in prompt]

@@ -11,7 +11,7 @@ from qgpu_min.model.bf16 import round_bf16
 
 from . import lib
 from .compile import BaseShape, LayerWeights, Plan, add_mute, check_exact_weights, emit, plan
-from .ir import Circuit, CircuitError, Word
+from .ir import Circuit, CircuitError, Group, Word
 from .margin import static_check, text_gate_check
 from .run import circuit_model, embedding_rows, read_groups
 from .sim import group_value, simulate, word_inputs, word_value
@@ -117,7 +117,7 @@ def check_library(n: int, modes: tuple[str, ...] = ("fp32", "bf16"), seed: int =
             want = np.asarray(OPS[k][1](A, B)).astype(np.int64)
             out = outs[k]
 
-            def ir_values(groups):
+            def ir_values(groups: list[Group]) -> np.ndarray:
                 return np.stack([group_value(vals, g, len(A)) for g in groups], 1)
             got_ir = _pack(ir_values, out)
             ok = bool((got_ir == want).all())

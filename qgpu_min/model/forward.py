@@ -27,8 +27,10 @@ inference (HF `modeling_qwen3_5.py`): every value torch would hold as a bf16 ten
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -37,6 +39,11 @@ from .bf16 import bf16_to_f32, round_bf16
 from .config import TextConfig, load_config, parse_config
 from .errors import ModelInputError
 from .weights import Weights, load_weights, weights_from_arrays
+
+if TYPE_CHECKING:  # the tokenizers library is imported only when a tokenizer is loaded
+    from .tokenizer import Tokenizer
+
+TokenIds = Sequence[int] | np.ndarray  # 1-D, checked by Model._check_ids
 
 MODES = ("fp32", "bf16")
 ATTENTION_BLOCK = 256  # prefill queries attended at a time
@@ -76,7 +83,7 @@ class State:
 class Model:
     """A loaded Qwen3.5 text model; see docs/model.md."""
 
-    def __init__(self, config: TextConfig, weights: Weights, mode: str = "fp32", tokenizer=None,
+    def __init__(self, config: TextConfig, weights: Weights, mode: str = "fp32", tokenizer: Tokenizer | None = None,
                  path: Path | None = None) -> None:
         check_mode(mode)
         if mode == "bf16":  # torch casts every parameter to bf16, the F32-stored ones too (copies: the
@@ -102,12 +109,12 @@ class Model:
 
     # ---- public entry points -------------------------------------------------------------------------------
 
-    def embed(self, token_ids) -> np.ndarray:
+    def embed(self, token_ids: TokenIds) -> np.ndarray:
         """Token embeddings f32 (T, hidden) (no scaling: h0 = E[token])."""
         ids = self._check_ids(token_ids)
         return bf16_to_f32(self.weights.embed[ids])
 
-    def forward_hidden(self, state: State, token_ids, layer_outputs: list | None = None) -> np.ndarray:
+    def forward_hidden(self, state: State, token_ids: TokenIds, layer_outputs: list | None = None) -> np.ndarray:
         """Run the tokens through every layer, advancing `state`; returns the final-norm output f32
         (T, hidden), what the LM head sees. A list passed as layer_outputs receives the residual stream
         f32 (T, hidden) after each layer, in layer order."""
@@ -120,19 +127,20 @@ class Model:
         state.pos += h.shape[0]
         return self.r(kernels.rmsnorm(h, self.weights.final_norm, self.config.rms_norm_eps, plus_one=True))
 
-    def logits(self, hidden: np.ndarray, token_subset=None) -> np.ndarray:
+    def logits(self, hidden: np.ndarray, token_subset: TokenIds | None = None) -> np.ndarray:
         """LM-head logits for hidden f32 (hidden,) or (T, hidden): [V] / [T, V], or only the ids of
         `token_subset`, in its order."""
         return self._apply_head(self._head(token_subset), hidden)
 
-    def prefill(self, state: State, token_ids, all_logits: bool = False, token_subset=None) -> np.ndarray:
+    def prefill(self, state: State, token_ids: TokenIds, all_logits: bool = False,
+                token_subset: TokenIds | None = None) -> np.ndarray:
         """Feed prompt tokens; logits [V] of the last token, or [T, V] with all_logits (columns restricted to
         token_subset when given)."""
         head = self._head(token_subset)  # checked before the state changes
         hidden = self.forward_hidden(state, token_ids)
         return self._apply_head(head, hidden if all_logits else hidden[-1])
 
-    def decode(self, state: State, token_id: int, token_subset=None) -> np.ndarray:
+    def decode(self, state: State, token_id: int, token_subset: TokenIds | None = None) -> np.ndarray:
         """Feed one token; its logits [V] (or [len(token_subset)])."""
         head = self._head(token_subset)
         return self._apply_head(head, self.forward_hidden(state, [token_id])[0])
@@ -283,7 +291,7 @@ class Model:
 
 
 def model_from_tensors(config: dict | TextConfig, tensors: dict[str, np.ndarray], mode: str = "fp32",
-                       tokenizer=None, sparse: bool = True) -> Model:
+                       tokenizer: Tokenizer | None = None, sparse: bool = True) -> Model:
     """A model from in-memory tensors (names and storage as in a checkpoint: BF16 as uint16 bits, F32 as
     float32) and a config (config.json's parsed dict, or a TextConfig); checked like a checkpoint. For
     running compiled layers without writing files."""

@@ -16,11 +16,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .bf16 import f32_to_bf16
 from .safetensors_io import write_checkpoint_weights
+
+if TYPE_CHECKING:
+    import tokenizers
 
 SIZES: dict[str, dict] = {
     # tiny: for tests; GQA in both mixers (2 key heads serve 4 value heads in DeltaNet)
@@ -62,7 +66,7 @@ User: write a poem about the sea. Assistant: The sea is wide, the sea is deep, i
 """
 
 
-def build_tokenizer(vocab_size: int):
+def build_tokenizer(vocab_size: int) -> tokenizers.Tokenizer:
     """A byte-level BPE tokenizer trained on a small built-in corpus, with Qwen's normalizer, split regex,
     decoder and the 33 added tokens right after the learned vocabulary (ids < vocab_size)."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
