@@ -64,9 +64,11 @@ class BaseShape:
     @classmethod
     def from_config(cls, cfg: TextConfig) -> "BaseShape":
         if cfg.linear_num_key_heads != cfg.linear_num_value_heads:
-            raise CircuitError("circuit layers need linear_num_key_heads == linear_num_value_heads")
+            raise CircuitError(f"circuit layers need linear_num_key_heads == linear_num_value_heads, the config has "
+                               f"{cfg.linear_num_key_heads} and {cfg.linear_num_value_heads}")
         if cfg.linear_key_head_dim != ROW_CHANNELS or cfg.linear_value_head_dim != ROW_CHANNELS:
-            raise CircuitError(f"circuit memories need DeltaNet head dims of {ROW_CHANNELS}")
+            raise CircuitError(f"circuit memories need DeltaNet head dims of {ROW_CHANNELS}, the config has "
+                               f"key {cfg.linear_key_head_dim} and value {cfg.linear_value_head_dim}")
         return cls(cfg.hidden_size, cfg.intermediate_size, cfg.linear_num_value_heads, ROW_CHANNELS,
                    cfg.linear_conv_kernel_dim, cfg.rms_norm_eps)
 
@@ -434,7 +436,8 @@ def emit(p: Plan, out_code: OutputCode | None = None) -> list[LayerWeights]:
     if out_code is not None:
         for og, ig in out_code.pairs:
             if og.size != ig.size:
-                raise CircuitError(f"output code: {og.name} and {ig.name} differ in size")
+                raise CircuitError(f"output code: {og.name} (size {og.size}) and {ig.name} (size {ig.size}) "
+                                   "must have the same size")
             code_dims[id(og)] = ([_term_dim(p, ig, e) for e in range(ig.size)], out_code.amplitude)
     layers = []
     for L in range(p.n_layers):
