@@ -91,7 +91,8 @@ def _in_out(fn: str, name: str, a: object, shape: tuple) -> np.ndarray:
     return a
 
 
-def _f(a: np.ndarray):
+def _floats(a: np.ndarray) -> object:
+    """A float* onto the array's own memory (no copy): the C core reads or writes it in place."""
     return ffi.from_buffer("float[]", a)
 
 
@@ -107,7 +108,7 @@ def matvec_bf16(w_bits: np.ndarray | SparseBF16, x: np.ndarray) -> np.ndarray:
     out, n_in = w.shape
     x = _activation("matvec_bf16", "x", x, (n_in,))
     y = np.empty(out, dtype=np.float32)
-    lib.qgpu_matvec_bf16(ffi.from_buffer("uint16_t[]", w), out, n_in, _f(x), _f(y))
+    lib.qgpu_matvec_bf16(ffi.from_buffer("uint16_t[]", w), out, n_in, _floats(x), _floats(y))
     return y
 
 
@@ -120,7 +121,7 @@ def matmul_bf16(w_bits: np.ndarray | SparseBF16, x: np.ndarray) -> np.ndarray:
     x = _activation("matmul_bf16", "x", x, (None, n_in))
     y = np.empty((x.shape[0], out), dtype=np.float32)
     if x.shape[0]:
-        lib.qgpu_matmul_bf16(ffi.from_buffer("uint16_t[]", w), out, n_in, _f(x), x.shape[0], _f(y))
+        lib.qgpu_matmul_bf16(ffi.from_buffer("uint16_t[]", w), out, n_in, _floats(x), x.shape[0], _floats(y))
     return y
 
 
@@ -169,8 +170,8 @@ def _multi(ws: Sequence[np.ndarray | SparseBF16], x: np.ndarray) -> list[np.ndar
     for g in range(0, len(dense) if n else 0, step):
         group = dense[g:g + step]
         lib.qgpu_matmul_bf16_multi([ffi.from_buffer("uint16_t[]", w) for w in group],
-                                   [w.shape[0] for w in group], len(group), n_in, _f(x), n,
-                                   _f(buf[offset:]))
+                                   [w.shape[0] for w in group], len(group), n_in, _floats(x), n,
+                                   _floats(buf[offset:]))
         offset += n * sum(w.shape[0] for w in group)
     return ys
 
@@ -190,7 +191,7 @@ def sparse_matmul(w: SparseBF16, x: np.ndarray) -> np.ndarray:
     if x.shape[0] and out:
         lib.qgpu_sparse_matmul(out, n_in, ffi.from_buffer("int64_t[]", w.indptr),
                                ffi.from_buffer("int32_t[]", w.indices), ffi.from_buffer("uint16_t[]", w.values),
-                               _f(x), x.shape[0], _f(y))
+                               _floats(x), x.shape[0], _floats(y))
     return y
 
 
@@ -218,7 +219,7 @@ def rmsnorm(x: np.ndarray, w: np.ndarray, eps: float, plus_one: bool) -> np.ndar
     d = x.shape[-1]
     w = _activation("rmsnorm", "w", w, (d,))
     y = np.empty_like(x)
-    lib.qgpu_rmsnorm(_f(x), x.size // d, d, _f(w), eps, bool(plus_one), _f(y))
+    lib.qgpu_rmsnorm(_floats(x), x.size // d, d, _floats(w), eps, bool(plus_one), _floats(y))
     return y
 
 
@@ -229,7 +230,7 @@ def gated_rmsnorm(x: np.ndarray, z: np.ndarray, w: np.ndarray, eps: float) -> np
     z = _activation("gated_rmsnorm", "z", z, x.shape)
     w = _activation("gated_rmsnorm", "w", w, (d,))
     y = np.empty_like(x)
-    lib.qgpu_gated_rmsnorm(_f(x), _f(z), x.size // d, d, _f(w), eps, _f(y))
+    lib.qgpu_gated_rmsnorm(_floats(x), _floats(z), x.size // d, d, _floats(w), eps, _floats(y))
     return y
 
 
@@ -244,7 +245,7 @@ def conv_update(conv_state: np.ndarray, x: np.ndarray, w: np.ndarray) -> np.ndar
     c, k = w.shape
     x = _activation("conv_update", "x", x, (c,))
     y = np.empty(c, dtype=np.float32)
-    lib.qgpu_conv_update(_f(state), c, k, _f(x), _f(w), _f(y))
+    lib.qgpu_conv_update(_floats(state), c, k, _floats(x), _floats(w), _floats(y))
     return y
 
 
@@ -255,7 +256,7 @@ def deltanet_step(S: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g:
     S, q, k, v, g, beta = _delta_args("deltanet_step", S, q, k, v, g, beta, ())
     h, dv = S.shape[0], S.shape[2]
     o = np.empty((h, dv), dtype=np.float32)
-    lib.qgpu_deltanet_step(_f(S), h, S.shape[1], dv, _f(q), _f(k), _f(v), _f(g), _f(beta), _f(o))
+    lib.qgpu_deltanet_step(_floats(S), h, S.shape[1], dv, *map(_floats, (q, k, v, g, beta, o)))
     return o
 
 
@@ -275,7 +276,7 @@ def conv_prefill(conv_state: np.ndarray, x: np.ndarray, w: np.ndarray) -> np.nda
     x = _activation("conv_prefill", "x", x, (None, c))
     y = np.empty_like(x)
     if x.shape[0]:
-        lib.qgpu_conv_prefill(_f(state), c, k, x.shape[0], _f(x), _f(w), _f(y))
+        lib.qgpu_conv_prefill(_floats(state), c, k, x.shape[0], _floats(x), _floats(w), _floats(y))
     return y
 
 
@@ -303,5 +304,5 @@ def deltanet_prefill(S: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray,
     (t, h, dk), dv = q.shape, S.shape[2]
     o = np.empty((t, h, dv), dtype=np.float32)
     if t:
-        lib.qgpu_deltanet_prefill(_f(S), h, dk, dv, t, _f(q), _f(k), _f(v), _f(g), _f(beta), _f(o))
+        lib.qgpu_deltanet_prefill(_floats(S), h, dk, dv, t, *map(_floats, (q, k, v, g, beta, o)))
     return o
