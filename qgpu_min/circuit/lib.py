@@ -14,10 +14,14 @@ is how the fused ALU selects its op inside the same layer B.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 
 from .ir import CONST, Circuit, CircuitError, Group, Unit, Word, bit_not, const_bit, view, weights_by_element
 
 Term = tuple[Group, int, int]
+# A unit's output on a bit group: its value moves from element 0 (the default) to element 1, or back.
+SET = ((1, 1), (0, -1))
+UNSET = ((1, -1), (0, 1))
 
 
 def step_gate(c: Circuit, name: str, size: int, default: int, terms: list[Term],
@@ -42,7 +46,7 @@ def and_unit(lits: list[tuple[Group, int]], out: tuple[tuple[int, int], ...]) ->
 
 def bit_from_ands(c: Circuit, name: str, minterms: list[list[tuple[Group, int]]]) -> Group:
     """A bit that is 1 when one of the (mutually exclusive) AND minterms holds."""
-    return c.gate(name, 2, 0, [and_unit(m, ((1, 1), (0, -1))) for m in minterms])
+    return c.gate(name, 2, 0, [and_unit(m, SET) for m in minterms])
 
 
 # Bitwise -----------------------------------------------------------------------------------------------
@@ -118,15 +122,15 @@ def _add_bit_units(classes: list[Group], s: list[dict], i: int, cconst: int, cbi
     k, j = divmod(i, 4)
     if k == 0:
         if cbit is None:
-            return [and_unit([(s[0][cconst][j], 1)], ((1, 1), (0, -1)))]
-        return [and_unit([(cbit, 1), (s[0][1][j], 1)], ((1, 1), (0, -1))),
-                and_unit([(cbit, 0), (s[0][0][j], 1)], ((1, 1), (0, -1)))]
+            return [and_unit([(s[0][cconst][j], 1)], SET)]
+        return [and_unit([(cbit, 1), (s[0][1][j], 1)], SET),
+                and_unit([(cbit, 0), (s[0][0][j], 1)], SET)]
     p = _carry_terms(classes, k) + ([(cbit, 1, 1)] if cbit is not None else [])
     big = (1 << k) + 1  # enough to silence a unit whose selected sum bit is 0
     units = []
     for sel_bit, sign, th in ((s[k][1][j], 1, (1 << k) - 1 + big - cconst), (s[k][0][j], -1, big - (1 << k) + cconst)):
         terms = tuple((g, e, sign * w) for g, e, w in p) + ((sel_bit, 1, big),)
-        units += [Unit(terms, th, ((1, 1), (0, -1))), Unit(terms, th + 1, ((1, -1), (0, 1)))]
+        units += _step_units(terms, th + 1)
     return units
 
 
@@ -209,7 +213,8 @@ def _shift_source(kind: str, i: int, k: int) -> int | None:
     return 31 if kind == "sra" else None
 
 
-def _barrel_stage(word: Word, amt: Word, kind: str, i: int, lo: int, n: int, step: int) -> list[list[tuple[Group, int]]]:
+def _barrel_stage(word: Word, amt: Word, kind: str, i: int, lo: int, n: int,
+                  step: int) -> list[list[tuple[Group, int]]]:
     """Minterms of bit i after shifting by step * (amount bits lo..lo+n-1)."""
     minterms = []
     for k in range(1 << n):
@@ -286,9 +291,9 @@ def gated(units: list[Unit], lits: list[tuple[Group, int]]) -> list[Unit]:
     return out
 
 
-def _step_units(terms: list[Term], theta: int) -> list[Unit]:
+def _step_units(terms: Sequence[Term], theta: int) -> list[Unit]:
     """Units of a bit that is [sum terms >= theta]."""
-    return [Unit(tuple(terms), theta - 1, ((1, 1), (0, -1))), Unit(tuple(terms), theta, ((1, -1), (0, 1)))]
+    return [Unit(tuple(terms), theta - 1, SET), Unit(tuple(terms), theta, UNSET)]
 
 
 def alu(c: Circuit, op: Group, a: Word, b: Word, names: tuple[str, ...] = ALU_OPS,
@@ -323,7 +328,6 @@ def alu(c: Circuit, op: Group, a: Word, b: Word, names: tuple[str, ...] = ALU_OP
             shifted = {k: _shift_first(c, a, b, k, f"{name}.{k}") for k in shifts}
         else:
             oh = _amount_onehot(c, b, f"{name}.sh")
-    one = ((1, 1), (0, -1))
 
     def lt_terms(cls: list[Group]) -> list[Term]:
         return _carry_terms(cls, 8)  # a < b  <=>  these terms (+ carry-in 1) stay below 256
@@ -334,15 +338,15 @@ def alu(c: Circuit, op: Group, a: Word, b: Word, names: tuple[str, ...] = ALU_OP
         if n == "sub":
             return _add_bit_units(sub_cls, sub_s, i, 1, None)
         if n == "and":
-            return [and_unit([(a[i], 1), (b[i], 1)], one)]
+            return [and_unit([(a[i], 1), (b[i], 1)], SET)]
         if n == "or":
-            return [and_unit([(a[i], 1)], one), and_unit([(a[i], 0), (b[i], 1)], one)]
+            return [and_unit([(a[i], 1)], SET), and_unit([(a[i], 0), (b[i], 1)], SET)]
         if n == "xor":
-            return [and_unit([(a[i], 1), (b[i], 0)], one), and_unit([(a[i], 0), (b[i], 1)], one)]
+            return [and_unit([(a[i], 1), (b[i], 0)], SET), and_unit([(a[i], 0), (b[i], 1)], SET)]
         if n in ("shl", "shr", "sra"):
             if shifter == "barrel":
-                return [and_unit(m, one) for m in _shift_second(shifted[n], a[31], b, big, n, i)]
-            return [and_unit(m, one) for m in _onehot_shift_minterms(a, oh, big, n, i)]
+                return [and_unit(m, SET) for m in _shift_second(shifted[n], a[31], b, big, n, i)]
+            return [and_unit(m, SET) for m in _onehot_shift_minterms(a, oh, big, n, i)]
         if n in ("slt", "sltu"):
             terms = lt_terms(signed_cls if n == "slt" else sub_cls)
             return _step_units([(g, e, -w) for g, e, w in terms], -254) if i == 0 else []
@@ -361,7 +365,7 @@ def alu(c: Circuit, op: Group, a: Word, b: Word, names: tuple[str, ...] = ALU_OP
         for k, n in enumerate(names):
             units += gated(bit_units(n, i), [(op, k)])
         for k, w in enumerate(extras):
-            units.append(and_unit([(op, len(names) + k), (w[i], 1)], one))
+            units.append(and_unit([(op, len(names) + k), (w[i], 1)], SET))
         out.append(c.gate(f"{name}[{i}]", 2, 0, units))
     return out
 
