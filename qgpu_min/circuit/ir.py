@@ -13,6 +13,7 @@ every input: the simulator checks that on every case it runs.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from qgpu_min.errors import QgpuError
@@ -84,12 +85,7 @@ class Gate:
 
     @property
     def inputs(self) -> list[Group]:
-        seen: dict[int, Group] = {}
-        for u in self.units:
-            for g, _, _ in u.terms:
-                if g.root is not CONST:
-                    seen.setdefault(id(g.root), g.root)
-        return list(seen.values())
+        return _distinct_roots(g for u in self.units for g, _, _ in u.terms)
 
 
 @dataclass(eq=False)
@@ -124,11 +120,17 @@ class MemOp:
     @property
     def inputs(self) -> list[Group]:
         gs = ([self.write_addr] if self.write_addr is not None else []) + list(self.write_value) + list(self.read_addrs)
-        out: dict[int, Group] = {}
-        for g in gs:
-            if g.root is not CONST:
-                out.setdefault(id(g.root), g.root)
-        return list(out.values())
+        return _distinct_roots(gs)
+
+
+def _distinct_roots(groups: Iterable[Group]) -> list[Group]:
+    """The root groups the given groups or views read, each once, in first-use order (the constant group,
+    which every token holds, is no input)."""
+    roots: dict[int, Group] = {}
+    for g in groups:
+        if g.root is not CONST:
+            roots.setdefault(id(g.root), g.root)
+    return list(roots.values())
 
 
 CONST = Group("const", 1)
