@@ -1,6 +1,7 @@
 """Config parsing, safetensors reading/writing, and checkpoint validation (every bad-input case)."""
 import json
 import shutil
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -32,9 +33,19 @@ def all_tensors(d):
     return {n: (i.dtype, i.shape, np.array(files.array(i))) for n, i in read_checkpoint_headers(d).items()}
 
 
-def rewrite(d, tensors):
+def remove_weights(d):
     for p in d.glob("model.safetensors*"):
         p.unlink()
+
+
+@contextmanager
+def edited_copy(src, dst):
+    """A copy of checkpoint src at dst: yields (dst, its tensors) for the test to edit, then rewrites the weights
+    from the edited tensors."""
+    d = copy_ckpt(src, dst)
+    tensors = all_tensors(d)
+    yield d, tensors
+    remove_weights(d)
     write_checkpoint_weights(d, tensors)
 
 
@@ -159,8 +170,7 @@ def test_sharded_checkpoint_gives_the_same_model(tmp_path, tiny):
 def test_single_unindexed_file_is_found(tmp_path, tiny):
     d = copy_ckpt(tiny, tmp_path / "c")
     tensors = all_tensors(d)
-    for p in d.glob("model.safetensors*"):
-        p.unlink()
+    remove_weights(d)
     write_safetensors(d / "model.safetensors", tensors)
     m = load_model(d)
     assert m.prefill(m.new_state(), [1, 2]).shape == (512,)
@@ -169,21 +179,17 @@ def test_single_unindexed_file_is_found(tmp_path, tiny):
 # ---- validation: every problem is reported before anything is used -----------------------------------------
 
 def test_missing_tensor_is_named(tmp_path, tiny):
-    d = copy_ckpt(tiny, tmp_path / "c")
-    t = all_tensors(d)
-    del t[P + "layers.2.linear_attn.in_proj_z.weight"]
-    rewrite(d, t)
+    with edited_copy(tiny, tmp_path / "c") as (d, t):
+        del t[P + "layers.2.linear_attn.in_proj_z.weight"]
     with pytest.raises(CheckpointError, match=r"missing tensor model\.language_model\.layers\.2\.linear_attn"
                                               r"\.in_proj_z\.weight \(expected shape \[64, 64\]\)"):
         load_model(d)
 
 
 def test_wrong_shape_is_named_with_expected_and_found(tmp_path, tiny):
-    d = copy_ckpt(tiny, tmp_path / "c")
-    t = all_tensors(d)
-    name = P + "layers.1.self_attn.k_proj.weight"
-    t[name] = ("BF16", (16, 64), t[name][2][:16])
-    rewrite(d, t)
+    with edited_copy(tiny, tmp_path / "c") as (d, t):
+        name = P + "layers.1.self_attn.k_proj.weight"
+        t[name] = ("BF16", (16, 64), t[name][2][:16])
     with pytest.raises(CheckpointError, match=r"layers\.1\.self_attn\.k_proj\.weight: expected shape \[32, 64\], "
                                               r"found \[16, 64\]"):
         load_model(d)
@@ -194,33 +200,27 @@ def test_wrong_shape_is_named_with_expected_and_found(tmp_path, tiny):
     ("layers.0.linear_attn.A_log", "F16", "expected dtype BF16 or F32, found F16"),
 ])
 def test_wrong_dtype_is_named(tmp_path, tiny, name, dtype, message):
-    d = copy_ckpt(tiny, tmp_path / "c")
-    t = all_tensors(d)
-    _, shape, _ = t[P + name]
-    t[P + name] = (dtype, shape, np.zeros(shape, {"F32": np.float32, "F16": np.float16}[dtype]))
-    rewrite(d, t)
+    with edited_copy(tiny, tmp_path / "c") as (d, t):
+        _, shape, _ = t[P + name]
+        t[P + name] = (dtype, shape, np.zeros(shape, {"F32": np.float32, "F16": np.float16}[dtype]))
     with pytest.raises(CheckpointError, match=message):
         load_model(d)
 
 
 def test_vector_stored_as_bf16_is_accepted(tmp_path, tiny):
     """Qwen3.6 (and a transformers bf16 save) store A_log and the DeltaNet norm as BF16: same values, fine."""
-    d = copy_ckpt(tiny, tmp_path / "c")
-    t = all_tensors(d)
-    name = P + "layers.0.linear_attn.A_log"
-    a = t[name][2]
-    bits = (a.view(np.uint32) >> 16).astype(np.uint16)
-    t[name] = ("BF16", a.shape, bits)
-    rewrite(d, t)
+    with edited_copy(tiny, tmp_path / "c") as (d, t):
+        name = P + "layers.0.linear_attn.A_log"
+        a = t[name][2]
+        bits = (a.view(np.uint32) >> 16).astype(np.uint16)
+        t[name] = ("BF16", a.shape, bits)
     m = load_model(d)
     assert np.array_equal(m.weights.layers[0]["A_log"], (bits.astype(np.uint32) << 16).view(np.float32))
 
 
 def test_unexpected_layer_tensor_is_an_error(tmp_path, tiny):
-    d = copy_ckpt(tiny, tmp_path / "c")
-    t = all_tensors(d)
-    t[P + "layers.4.input_layernorm.weight"] = t[P + "layers.3.input_layernorm.weight"]
-    rewrite(d, t)
+    with edited_copy(tiny, tmp_path / "c") as (d, t):
+        t[P + "layers.4.input_layernorm.weight"] = t[P + "layers.3.input_layernorm.weight"]
     with pytest.raises(CheckpointError, match=r"unexpected tensor model\.language_model\.layers\.4\."
                                               r"input_layernorm\.weight \(the config has 4 layers"):
         load_model(d)
