@@ -105,7 +105,8 @@ static inline __attribute__((always_inline)) void tile_generic(const prod_args *
     }
     for (int i = 0; i < NR; i++) {
         float lanes[4];
-        v4f sum = even[i] + odd[i]; /* then the same halving tree as the SIMD reductions */
+        v4f sum = even[i] + odd[i]; /* a fixed halving tree; it pairs columns differently from the
+                                     * AVX reductions, so levels differ only in summation order */
         memcpy(lanes, &sum, sizeof lanes);
         a->y[t * a->out + r + i] = (lanes[0] + lanes[2]) + (lanes[1] + lanes[3]);
     }
