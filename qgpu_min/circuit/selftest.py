@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from qgpu_min.model import kernels
-from qgpu_min.model.bf16 import round_bf16
+from qgpu_min.model.bf16 import bf16_to_f32, f32_to_bf16
 
 from . import lib
 from .compile import BaseShape, LayerWeights, Plan, add_mute, check_exact_weights, emit, plan
@@ -15,7 +15,7 @@ from .ir import Circuit, CircuitError, Group, Word
 from .margin import static_check, text_gate_check
 from .run import circuit_model, embedding_rows, read_groups
 from .sim import group_value, simulate, word_inputs, word_value
-from .tokens import text_gates
+from .tokens import normalised_text_rows, text_gates
 
 MASK = 0xFFFFFFFF
 Check = tuple[str, bool, str]
@@ -247,9 +247,10 @@ def check_text_mute(n_text: int = 256, modes: tuple[str, ...] = ("fp32", "bf16")
         c.output(g)
     p = plan(c, shape)
     layers = emit(p)
-    text = (rng.standard_normal((n_text, shape.hidden)) * (2 / np.sqrt(shape.hidden))).astype(np.float32)
-    text = round_bf16(text)
-    normed = (text / np.sqrt(np.mean(text.astype(np.float64) ** 2, 1, keepdims=True) + shape.eps)).astype(np.float32)
+    scale = 2 / np.sqrt(shape.hidden)  # the synthetic checkpoints' embedding scale
+    text_bits = f32_to_bf16((rng.standard_normal((n_text, shape.hidden)) * scale).astype(np.float32))
+    text = bf16_to_f32(text_bits)
+    normed = normalised_text_rows(text_bits, shape.eps)
     gates = text_gates(p, normed)
     add_mute(layers, gates, shape)
     worst = text_gate_check(layers, normed, shape.qk_rows)
