@@ -13,8 +13,8 @@ import zlib
 import numpy as np
 import pytest
 
+from compilers import skip_if_missing
 from kernel_suite import CASES, Case, Shape, Unordered, words
-from qgpu_min.cuda.compiler import CompilerNotFoundError, find_compiler
 from qgpu_min.host.launch import compile_kernel, launch
 
 COMPILERS = ("zig", "nvcc")
@@ -22,16 +22,6 @@ COMPILERS = ("zig", "nvcc")
 # or None for all). Not strict, so a fix shows as XPASS; any other failure still fails.
 KNOWN_GAPS: dict = {}  # none at present
 SLOW_COMPILERS = COMPILERS + (("clang",) if shutil.which("clang") or shutil.which("clang++") else ())
-
-
-@functools.cache
-def _missing(compiler: str) -> str | None:
-    """Why `compiler` cannot be used here, or None."""
-    try:
-        find_compiler(compiler)
-    except CompilerNotFoundError as e:
-        return str(e)
-    return None
 
 
 @functools.cache
@@ -44,9 +34,7 @@ def _seed(case: Case, shape: Shape) -> int:
 
 
 def run_case(case: Case, compiler: str, shape: Shape) -> None:
-    reason = _missing(compiler)
-    if reason:
-        pytest.skip(f"{compiler} is not available: {reason}")
+    skip_if_missing(compiler)
     args = case.make(np.random.default_rng(_seed(case, shape)), shape)
     kernel = _compiled(case, compiler)
     kinds = ["ptr" if isinstance(a, np.ndarray) else "scalar" for a in args]

@@ -4,22 +4,13 @@ import random
 
 import pytest
 
-from qgpu_min.cuda.compiler import CompilerNotFoundError, find_compiler
+from compilers import needs
 from qgpu_min.host.launch import compile_kernel, launch
 
 M32 = 0xFFFFFFFF
 
 
-def _available(name):
-    try:
-        find_compiler(name)
-        return True
-    except (CompilerNotFoundError, Exception):
-        return False
-
-
-COMPILERS = [pytest.param(c, marks=pytest.mark.skipif(not _available(c), reason=f"{c} not installed"))
-             for c in ("zig", "nvcc")]
+COMPILERS = [pytest.param(c, marks=needs(c)) for c in ("zig", "nvcc")]
 
 
 def s32(v):

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from compilers import needs
 from qgpu_min.cli import main
-from qgpu_min.cuda.compiler import compile_to_ptx, find_compiler
+from qgpu_min.cuda.compiler import compile_to_ptx
 from qgpu_min.cuda.lower_warn import warp_size_warnings
 from qgpu_min.cuda.ptx import parse_ptx
 from qgpu_min.host.launch import compile_kernel, launch
@@ -26,16 +27,6 @@ NVCC_SUBSET = {"warp_reduce_down.cu", "warp_reduce_xor.cu", "warp_scan.cu", "shu
                "warp_sum32.cu", "reduce_unrolled.cu", "cross_warp.cu"}
 
 
-def _available(name: str) -> bool:
-    try:
-        find_compiler(name)
-        return True
-    except Exception:
-        return False
-
-
-def _needs(c: str):
-    return pytest.mark.skipif(not _available(c), reason=f"{c} not installed")
 
 
 def _kernel_ptx(body: str, regs: str = ".reg .b32 %r<12>;\n.reg .pred %p<3>;") -> str:
@@ -147,7 +138,7 @@ def test_plain_shared_memory_is_silent():
 
 
 # ---- through compile_kernel and the CLI --------------------------------------------------------------
-@pytest.mark.parametrize("compiler", [pytest.param(c, marks=_needs(c)) for c in ("zig", "nvcc")])
+@pytest.mark.parametrize("compiler", [pytest.param(c, marks=needs(c)) for c in ("zig", "nvcc")])
 def test_warp_sum32_warns_and_still_runs(compiler):
     k = compile_kernel(USER / "warp_sum32.cu", kernel="warp_sum32", compiler=compiler)
     assert [("lane distance 16" in w, "lane distance 8" in w, "lane distance 4" in w, "& 31" in w)
@@ -158,7 +149,7 @@ def test_warp_sum32_warns_and_still_runs(compiler):
     assert compile_kernel(USER / "warp_sum32.cu", kernel="warp_sum", compiler=compiler).warnings == []
 
 
-@_needs("zig")
+@needs("zig")
 def test_cli_run_prints_warnings_on_stderr_and_in_json():
     r = CliRunner().invoke(main, ["run", str(USER / "reduce_unrolled.cu"), "--arg", str(list(range(1, 33))),
                                   "--arg", "zeros(1)", "--compiler", "zig", "--json"])
@@ -172,7 +163,7 @@ def test_cli_run_prints_warnings_on_stderr_and_in_json():
     assert plain.exit_code == 0 and plain.stderr == "" and json.loads(plain.stdout)["warnings"] == []
 
 
-@_needs("zig")
+@needs("zig")
 def test_cli_compile_prints_warnings_on_stderr():
     r = CliRunner().invoke(main, ["compile", str(USER / "warp_sum32.cu"), "--kernel", "warp_sum32",
                                   "--compiler", "zig"])
@@ -193,12 +184,12 @@ def _sweep(compiler: str, files: list[Path]) -> set[tuple[str, str]]:
     return warned
 
 
-@_needs("zig")
+@needs("zig")
 def test_no_suite_kernel_warns_but_the_32_lane_ones_zig():
     assert _sweep("zig", ALL_CU) == EXPECTED
 
 
-@_needs("nvcc")
+@needs("nvcc")
 def test_no_suite_kernel_warns_but_the_32_lane_ones_nvcc_subset():
     files = [f for f in ALL_CU if f.name in NVCC_SUBSET]
     assert len(files) == len(NVCC_SUBSET)
@@ -206,6 +197,6 @@ def test_no_suite_kernel_warns_but_the_32_lane_ones_nvcc_subset():
 
 
 @pytest.mark.slow
-@_needs("nvcc")
+@needs("nvcc")
 def test_no_suite_kernel_warns_but_the_32_lane_ones_nvcc_all():
     assert _sweep("nvcc", ALL_CU) == EXPECTED

@@ -26,7 +26,7 @@ import pytest
 from click.testing import CliRunner
 
 from qgpu_min.cli import main
-from qgpu_min.cuda.compiler import CompilerNotFoundError, find_compiler
+from compilers import missing, skip_if_missing
 from qgpu_min.errors import QgpuError
 from qgpu_min.host.launch import compile_kernel, launch
 from qgpu_min.machine.interp import StepLimitError
@@ -441,15 +441,6 @@ CASES += [
 # ---- running -----------------------------------------------------------------------------------
 
 @functools.cache
-def _missing(compiler: str) -> str | None:
-    try:
-        find_compiler(compiler)
-    except CompilerNotFoundError as e:
-        return str(e)
-    return None
-
-
-@functools.cache
 def _compiled(file: str, kernel: str | None, compiler: str):
     return compile_kernel(DIR / file, kernel=kernel, compiler=compiler)
 
@@ -494,8 +485,7 @@ CLI_PARAMS = [pytest.param(c, comp, id=f"{c.id}-{comp}", marks=_mark(c, comp, ap
 
 @pytest.mark.parametrize("case,compiler,shape", API_PARAMS)
 def test_user_kernel_api(case: UCase, compiler: str, shape) -> None:
-    if _missing(compiler):
-        pytest.skip(f"{compiler} not available: {_missing(compiler)}")
+    skip_if_missing(compiler)
     args = _args(case, shape)
     k = _compiled(case.file, case.kernel, compiler)
     r = launch(k, [a.copy() if isinstance(a, np.ndarray) else a for a in args], grid=shape[0], block=shape[1],
@@ -510,8 +500,7 @@ def _cli_value(a) -> str:
 @pytest.mark.parametrize("case,compiler", CLI_PARAMS)
 def test_user_kernel_cli(case: UCase, compiler: str) -> None:
     """`qgpu-min run FILE --arg ... --grid --block --compiler C --json`, first shape."""
-    if _missing(compiler):
-        pytest.skip(f"{compiler} not available: {_missing(compiler)}")
+    skip_if_missing(compiler)
     shape = case.shapes[0]
     args = _args(case, shape)
     cmd = ["run", str(DIR / case.file), "--compiler", compiler, "--json",
@@ -549,8 +538,7 @@ ERRORS = [
 @pytest.mark.parametrize("compiler", COMPILERS)
 @pytest.mark.parametrize("file,kernel,args,grid,block,pattern", ERRORS, ids=[f"{e[0][:-3]}-{e[1]}-{e[4][0]}" for e in ERRORS])
 def test_user_error_is_clear(file, kernel, args, grid, block, pattern, compiler) -> None:
-    if _missing(compiler):
-        pytest.skip(f"{compiler} not available: {_missing(compiler)}")
+    skip_if_missing(compiler)
     with pytest.raises(QgpuError, match=pattern):
         k = compile_kernel(DIR / file, kernel=kernel, compiler=compiler)
         launch(k, [np.asarray(a, np.int64) if isinstance(a, list) else a for a in args], grid=grid, block=block,
@@ -560,8 +548,7 @@ def test_user_error_is_clear(file, kernel, args, grid, block, pattern, compiler)
 @pytest.mark.parametrize("compiler", COMPILERS)
 def test_step_limit_names_ptx_line_and_causes(compiler) -> None:
     """An intra-warp spin lock stops at the step limit with the PTX line of the loop and the likely causes."""
-    if _missing(compiler):
-        pytest.skip(f"{compiler} not available: {_missing(compiler)}")
+    skip_if_missing(compiler)
     k = _compiled("mutex.cu", "naive_lock", compiler)
     with pytest.raises(StepLimitError) as e:
         launch(k, [[0], [0], [1, 2, 3, 4], 4], block=4, step_limit=2000)
@@ -613,7 +600,7 @@ def test_user_error_cli_exit_status() -> None:
 def test_user_cli_subprocess_env_compiler() -> None:
     """The installed `qgpu-min` command, compiler chosen by QGPU_CUDA_COMPILER as docs/cuda.md says."""
     exe = shutil.which("qgpu-min")
-    if exe is None or _missing("nvcc"):
+    if exe is None or missing("nvcc"):
         pytest.skip("qgpu-min is not on PATH or nvcc is missing")
     env = dict(os.environ, QGPU_CUDA_COMPILER="nvcc")
     res = subprocess.run([exe, "run", str(DIR / "digits.cu"), "--arg", "[1230,-45,7]", "--arg", "zeros(3)",
