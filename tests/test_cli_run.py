@@ -180,3 +180,12 @@ def test_malformed_arguments(argv: list[str], fragments: list[str]) -> None:
 def test_missing_file() -> None:
     r = qgpu("run", "no/such/file.cu")
     assert_error(r, 2, "does not exist")
+
+
+def test_template_kernel_is_named_with_its_arguments() -> None:
+    templ = str(ROOT / "tests" / "user_kernels" / "templ.cu")
+    result = qgpu("run", templ, "--kernel", "scale<-7>", "--arg", "[1,2]", "--arg", "2", "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["kernel"] == "scale<-7>"
+    assert out["arrays"]["a"] == [1 * -7 - 7, 2 * -7 - 7]

@@ -18,7 +18,7 @@ import numpy as np
 from ..cuda.compiler import compile_to_ptx
 from ..cuda.lower import lower
 from ..cuda.lower_ir import MemoryLayout
-from ..cuda.ptx import parse_ptx, select_kernel
+from ..cuda.ptx import demangle, parse_ptx, select_kernel
 from ..errors import QgpuError
 from ..machine import interp
 from ..machine.isa import LANES, MEM_WORDS, N_PRE, CapacityError, Program, format_program
@@ -156,9 +156,17 @@ def compile_kernel(source: str | Path, kernel: str | None = None, compiler: str 
     module = parse_ptx(res.text)
     fn = select_kernel(module, kernel)
     lowered = lower(module, fn)
-    return CompiledKernel(fn.demangled.rsplit("::", 1)[-1] if fn.demangled else fn.name,
-                          _params(fn, _cuda_text(source)), lowered.program, lowered.layout, res.compiler, res.text,
-                          lowered.warnings)
+    return CompiledKernel(_display_name(fn.name, fn.demangled), _params(fn, _cuda_text(source)), lowered.program,
+                          lowered.layout, res.compiler, res.text, lowered.warnings)
+
+
+def _display_name(mangled: str, demangled: str | None) -> str:
+    """The kernel's name as users wrote it: no namespace, template arguments kept ('scale<3>')."""
+    if not demangled:
+        return mangled
+    base = demangled.rsplit("::", 1)[-1]
+    full = demangle(mangled, template_args=True)
+    return full[full.rfind(base):] if base in full else base
 
 
 def _cuda_text(source: str | Path) -> str | None:
