@@ -130,7 +130,7 @@ def _add_bit_units(classes: list[Group], s: list[dict], i: int, cconst: int, cbi
     units = []
     for sel_bit, sign, th in ((s[k][1][j], 1, (1 << k) - 1 + big - cconst), (s[k][0][j], -1, big - (1 << k) + cconst)):
         terms = tuple((g, e, sign * w) for g, e, w in p) + ((sel_bit, 1, big),)
-        units += _step_units(terms, th + 1)
+        units += step_units(terms, th + 1)
     return units
 
 
@@ -272,6 +272,9 @@ def shift(c: Circuit, a: Word, amt: Word, kind: str, name: str | None = None) ->
 
 ALU_OPS = ("add", "sub", "and", "or", "xor", "shl", "shr", "sra", "slt", "sltu", "eq", "min", "max", "minu",
            "maxu")
+# Further ops `alu` accepts (not in the demo's 15): ne, sle/sleu (a <= b: the subtraction's carry terms
+# stay <= 255), sel (c if a == 0 else b: needs the third operand).
+ALU_EXTRA_OPS = ("ne", "sle", "sleu", "sel")
 
 
 def _max_pre(u: Unit) -> int:
@@ -291,39 +294,47 @@ def gated(units: list[Unit], lits: list[tuple[Group, int]]) -> list[Unit]:
     return out
 
 
-def _step_units(terms: Sequence[Term], theta: int) -> list[Unit]:
+def step_units(terms: Sequence[Term], theta: int) -> list[Unit]:
     """Units of a bit that is [sum terms >= theta]."""
     return [Unit(tuple(terms), theta - 1, SET), Unit(tuple(terms), theta, UNSET)]
 
 
 def alu(c: Circuit, op: Group, a: Word, b: Word, names: tuple[str, ...] = ALU_OPS,
-        extras: tuple[Word, ...] = (), name: str = "alu", shifter: str = "onehot") -> Word:
+        extras: tuple[Word, ...] = (), name: str = "alu", shifter: str = "onehot", third: Word | None = None,
+        clamp_shifts: bool = True) -> Word:
     """op(a, b) for a one-hot op (elements: names in order, then one per extra word, which is passed
     through): every op and the selection in 2 MLP layers. Layer A is shared (adder stages for a + b and
     a + ~b + 1, whose classes also give the compares; shift amount); layer B ANDs each op's output units
     with its op literal (`gated`). Compares give 0/1 words; min/max select by a threshold on the classes.
     shifter "onehot" (one amount one-hot shared by the three shifts: fewer dims) or "barrel" (first
-    barrel stage per shift in layer A: about 1200 fewer units, 160 more dims)."""
+    barrel stage per shift in layer A: about 1200 fewer units, 160 more dims). third: the operand c of
+    sel. clamp_shifts: amounts >= 32 give 0 / the sign fill (PTX) rather than shifting by amount mod 32."""
     if shifter not in ("onehot", "barrel"):
         raise CircuitError(f"{name}: shifter {shifter!r}: expected 'onehot' or 'barrel'")
-    unknown = [n for n in names if n not in ALU_OPS]
+    unknown = [n for n in names if n not in ALU_OPS + ALU_EXTRA_OPS]
     if unknown or op.size != len(names) + len(extras):
         raise CircuitError(f"{name}: unknown ops {unknown} or op group size {op.size} != "
                            f"{len(names)} ops + {len(extras)} extras")
     _check_word(a, name)
     _check_word(b, name)
     want = set(names)
+    if "sel" in want:
+        if third is None:
+            raise CircuitError(f"{name}: sel needs the third operand")
+        _check_word(third, name)
+        nonzero = step_gate(c, f"{name}.nz", 2, 0, [(x, 1, 1) for x in a], {1: [(1, 1)]})
     nb = word_not(b)
     if want & {"add"}:
         add_cls, add_s = _add_stage(c, a, b, (0,), f"{name}.add")
-    if want & {"sub", "slt", "sltu", "eq", "min", "max", "minu", "maxu"}:
+    if want & {"sub", "slt", "sltu", "eq", "min", "max", "minu", "maxu", "ne", "sle", "sleu"}:
         sub_cls, sub_s = _add_stage(c, a, nb, (1,), f"{name}.sub", sums="sub" in want)
-    if want & {"slt", "min", "max"}:  # signed: flip both sign bits, only the top nibble's class changes
+    if want & {"slt", "min", "max", "sle"}:  # signed: flip both sign bits, only the top nibble's class changes
         top = _nibble_class(c, _flip_sign(a), _flip_sign(nb), 7, f"{name}.signed")
         signed_cls = sub_cls[:7] + [top]
     shifts = [k for k in ("shl", "shr", "sra") if k in want]
     if shifts:
-        big = _big_amount(c, b, f"{name}.sh")
+        # PTX clamps amounts >= 32; the machine ISA uses the amount mod 32 (a constant 'not big')
+        big = _big_amount(c, b, f"{name}.sh") if clamp_shifts else const_bit(0)
         if shifter == "barrel":
             shifted = {k: _shift_first(c, a, b, k, f"{name}.{k}") for k in shifts}
         else:
@@ -349,14 +360,21 @@ def alu(c: Circuit, op: Group, a: Word, b: Word, names: tuple[str, ...] = ALU_OP
             return [and_unit(m, SET) for m in _onehot_shift_minterms(a, oh, big, n, i)]
         if n in ("slt", "sltu"):
             terms = lt_terms(signed_cls if n == "slt" else sub_cls)
-            return _step_units([(g, e, -w) for g, e, w in terms], -254) if i == 0 else []
+            return step_units([(g, e, -w) for g, e, w in terms], -254) if i == 0 else []
         if n == "eq":
-            return _step_units([(t, 1, 1) for t in sub_cls], 8) if i == 0 else []
+            return step_units([(t, 1, 1) for t in sub_cls], 8) if i == 0 else []
+        if n == "ne":
+            return step_units([(t, 1, -1) for t in sub_cls], -7) if i == 0 else []
+        if n in ("sle", "sleu"):  # a <= b: no carry out, or all nibbles propagate (terms exactly 255)
+            terms = lt_terms(signed_cls if n == "sle" else sub_cls)
+            return step_units([(g, e, -w) for g, e, w in terms], -255) if i == 0 else []
+        if n == "sel":
+            return [and_unit([(nonzero, 1), (b[i], 1)], SET), and_unit([(nonzero, 0), (third[i], 1)], SET)]
         # min/max: a < b selects a for min, b for max
         terms = lt_terms(signed_cls if n in ("min", "max") else sub_cls)
         lt_pick, ge_pick = (a[i], b[i]) if n in ("min", "minu") else (b[i], a[i])
-        lt = gated(_step_units([(g, e, -w) for g, e, w in terms], -254), [(lt_pick, 1)])
-        ge = gated(_step_units(terms, 255), [(ge_pick, 1)])
+        lt = gated(step_units([(g, e, -w) for g, e, w in terms], -254), [(lt_pick, 1)])
+        ge = gated(step_units(terms, 255), [(ge_pick, 1)])
         return lt + ge
 
     out = []
