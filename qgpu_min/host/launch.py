@@ -1,5 +1,9 @@
 """compile_kernel and launch: CUDA/PTX -> machine program, and a launch on a backend (docs/interfaces.md §2).
 
+A launch is three steps: build_image (check the arguments, lay out memory, bind the parameters into the
+program), the backend (backend.py: a function named in BACKENDS, imported on first use, that returns
+the final memory), and read_arrays (the pointer parameters' arrays from that memory).
+
 Memory map of a launch (byte addresses, one unified memory of isa.MEM_WORDS words): the kernel's
 .global/.const variables (with their initial values) and .shared variables from 0, then the launch's
 arrays in parameter order, each starting on a word (elements of 1, 2, 4 or 8 bytes), then the
@@ -12,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -22,12 +27,8 @@ from ..cuda.ptx import demangle, parse_ptx, select_kernel
 from ..errors import QgpuError
 from ..machine import interp
 from ..machine.isa import LANES, MEM_WORDS, N_PRE, CapacityError, Program, format_program
-
-BACKENDS = ("interp", "circuit", "model")
-
-
-class LaunchError(QgpuError):
-    """Bad launch arguments or configuration."""
+# LaunchError and BACKENDS live with the backend interface (backends raise LaunchError); callers import them from here
+from .backend import BACKENDS, BackendFn, BackendRun, LaunchError, load_backend
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class LaunchResult:
     tokens: dict[str, int] = field(default_factory=lambda: {"prompt": 0, "generated": 0})
     trace: list[tuple[int, int, int]] = field(default_factory=list)
     steps: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)     # the backend's BackendRun.extra
 
 
 # ---- parameter types --------------------------------------------------------------------------
@@ -255,14 +257,25 @@ def _where(kernel: CompiledKernel, block: int) -> str:
     return out
 
 
-def launch(kernel: CompiledKernel, args: list, grid=(1, 1), block=(LANES, 1), backend: str = "interp",
-           step_limit: int | None = None) -> LaunchResult:
-    """Run the kernel; returns the arrays of its pointer parameters read back after the launch."""
-    if backend not in BACKENDS:
-        raise LaunchError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    if backend != "interp":
-        raise LaunchError(f"backend {backend!r} is not built yet; use backend='interp'")
-    grid, block = _shape(grid, "grid"), _shape(block, "block")
+class ArraySlot(NamedTuple):
+    """Where a pointer argument's array lies in the launch's memory."""
+    name: str
+    base: int              # byte address
+    count: int             # elements
+    signed: bool
+    elem_bytes: int        # 1, 2, 4 or 8
+
+
+@dataclass
+class LaunchImage:
+    """What every backend is given, and where the results will be."""
+    program: Program               # the kernel's program with the parameters bound
+    memory: list[int]              # MEM_WORDS unsigned words: kernel variables, then the arrays
+    arrays: list[ArraySlot]        # the pointer parameters, in parameter order
+
+
+def build_image(kernel: CompiledKernel, args: list, block: tuple[int, int]) -> LaunchImage:
+    """Check the arguments and lay out the launch's memory (map: module docstring). ``block`` sizes the frames."""
     if len(args) != len(kernel.params):
         raise LaunchError(f"kernel {kernel.name} takes {len(kernel.params)} arguments "
                           f"({', '.join(p.name for p in kernel.params)}), got {len(args)}")
@@ -273,7 +286,7 @@ def launch(kernel: CompiledKernel, args: list, grid=(1, 1), block=(LANES, 1), ba
     addr = (lay.static_bytes + 3) // 4 * 4
     frames = lay.frame_bytes * block[0] * block[1]
     values: list[int] = []
-    arrays: list[tuple[str, int, int, bool, int]] = []
+    arrays: list[ArraySlot] = []
     for p, a in zip(kernel.params, args):
         is_ptr = p.kind == "ptr" or (p.kind == "unknown" and not isinstance(a, (int, np.integer)))
         if not is_ptr:
@@ -281,31 +294,39 @@ def launch(kernel: CompiledKernel, args: list, grid=(1, 1), block=(LANES, 1), ba
                 raise LaunchError(f"argument {p.name} is a pointer: pass a list of integers")
             values.append(_check_value(a, -(1 << 31), 1 << 32, f"argument {p.name}"))
             continue
-        if isinstance(a, (int, np.integer)):
-            raise LaunchError(f"argument {p.name} is a pointer: pass a list of integers, not {a}")
-        e = p.elem_bytes
-        lo, hi = -(1 << (min(8 * e, 32) - 1)), 1 << min(8 * e, 32)
-        items = [_check_value(v, lo, hi, f"argument {p.name}[{i}]") for i, v in enumerate(a)]
-        size = (len(items) * e + 3) // 4 * 4
-        if addr + size + frames > MEM_WORDS * 4:
-            need = (addr + size + frames) // 4
-            raise CapacityError(f"the launch needs {need} words of memory (kernel variables, arrays up to "
-                                f"{p.name}, {frames // 4} words of thread frames); the machine has {MEM_WORDS} "
-                                f"(over by {need - MEM_WORDS})")
-        for i, v in enumerate(items):
-            mem_bytes[addr + i * e: addr + (i + 1) * e] = (v & ((1 << 8 * e) - 1)).to_bytes(e, "little")
-        values.append(addr)
-        arrays.append((p.name, addr, len(items), p.signed, e))
-        addr += size
+        slot = _place_array(p, a, addr, frames, mem_bytes)
+        values.append(slot.base)
+        arrays.append(slot)
+        addr += (slot.count * slot.elem_bytes + 3) // 4 * 4
     if lay.dynamic_shared and addr + frames >= MEM_WORDS * 4:
         raise CapacityError(f"no memory is left for the kernel's extern __shared__ array: arrays and thread "
                             f"frames fill all {MEM_WORDS} words")
     words = np.frombuffer(bytes(mem_bytes), dtype="<u4").astype(np.int64).tolist()
-    try:
-        res = interp.run(_bind(kernel.program, values, addr), words, grid, block, step_limit, trace=True)
-    except interp.StepLimitError as e:
-        raise interp.StepLimitError(f"{e}{_where(kernel, e.block)}. {STEP_LIMIT_CAUSES}", e.block) from None
-    out_bytes = np.array(res.memory, dtype="<u4").tobytes()
+    return LaunchImage(_bind(kernel.program, values, addr), words, arrays)
+
+
+def _place_array(p: ParamInfo, a, addr: int, frames: int, mem_bytes: bytearray) -> ArraySlot:
+    """Write a pointer argument's elements at byte ``addr``, checking each value and that the thread frames
+    (``frames`` bytes at the top) still fit after it."""
+    if isinstance(a, (int, np.integer)):
+        raise LaunchError(f"argument {p.name} is a pointer: pass a list of integers, not {a}")
+    e = p.elem_bytes
+    lo, hi = -(1 << (min(8 * e, 32) - 1)), 1 << min(8 * e, 32)
+    items = [_check_value(v, lo, hi, f"argument {p.name}[{i}]") for i, v in enumerate(a)]
+    size = (len(items) * e + 3) // 4 * 4
+    if addr + size + frames > MEM_WORDS * 4:
+        need = (addr + size + frames) // 4
+        raise CapacityError(f"the launch needs {need} words of memory (kernel variables, arrays up to "
+                            f"{p.name}, {frames // 4} words of thread frames); the machine has {MEM_WORDS} "
+                            f"(over by {need - MEM_WORDS})")
+    for i, v in enumerate(items):
+        mem_bytes[addr + i * e: addr + (i + 1) * e] = (v & ((1 << 8 * e) - 1)).to_bytes(e, "little")
+    return ArraySlot(p.name, addr, len(items), p.signed, e)
+
+
+def read_arrays(memory: list[int], arrays: list[ArraySlot]) -> dict[str, np.ndarray]:
+    """The arrays' values in a final memory image, as int64 with each parameter's signedness."""
+    out_bytes = np.array(memory, dtype="<u4").tobytes()
     out = {}
     for name, base, n, signed, e in arrays:
         if e == 8:
@@ -316,4 +337,33 @@ def launch(kernel: CompiledKernel, args: list, grid=(1, 1), block=(LANES, 1), ba
         if signed:
             vals = np.where(vals >> (8 * e - 1), vals - (1 << (8 * e)), vals)
         out[name] = vals
-    return LaunchResult(kernel.name, grid, block, backend, out, {"prompt": 0, "generated": 0}, res.trace, res.steps)
+    return out
+
+
+def _run_backend(run_launch: BackendFn, backend: str, kernel: CompiledKernel, image: LaunchImage,
+                 grid: tuple[int, int], block: tuple[int, int], step_limit: int | None,
+                 options: dict[str, Any]) -> BackendRun:
+    """Call the backend; a step-limit stop gets the kernel's source line and the likely causes added here,
+    where the PTX is known, so every backend reports it the same way."""
+    try:
+        run = run_launch(image.program, image.memory, grid, block, step_limit, **options)
+    except interp.StepLimitError as e:
+        raise interp.StepLimitError(f"{e}{_where(kernel, e.block)}. {STEP_LIMIT_CAUSES}", e.block) from None
+    if len(run.memory) != MEM_WORDS:      # a backend under construction: fail here, not as wrong arrays
+        raise LaunchError(f"backend {backend!r} returned {len(run.memory)} memory words; the machine has "
+                          f"{MEM_WORDS}")
+    return run
+
+
+def launch(kernel: CompiledKernel, args: list, grid=(1, 1), block=(LANES, 1), backend: str = "interp",
+           step_limit: int | None = None, **backend_options: Any) -> LaunchResult:
+    """Run the kernel; returns the arrays of its pointer parameters read back after the launch.
+
+    ``backend_options`` go to the backend unchanged (e.g. mode='bf16' for 'model'); 'interp' takes none.
+    """
+    run_launch = load_backend(backend)      # an unknown backend is reported before the arguments are looked at
+    grid, block = _shape(grid, "grid"), _shape(block, "block")
+    image = build_image(kernel, args, block)
+    run = _run_backend(run_launch, backend, kernel, image, grid, block, step_limit, backend_options)
+    return LaunchResult(kernel.name, grid, block, backend, read_arrays(run.memory, image.arrays), dict(run.tokens),
+                        run.trace, run.steps, run.extra)

@@ -1,6 +1,15 @@
-"""Reference interpreter of the machine program (the oracle for the circuit). Rules: isa.py docstring."""
+"""Reference interpreter of the machine program (the oracle for the circuit). Rules: isa.py docstring.
+
+Two ways to drive it, one implementation of the semantics and the scheduling:
+  run(program, memory, grid, block, step_limit, trace) -> RunResult     the whole launch, fast
+  steps(program, memory, grid, block, step_limit) -> Iterator[StepRecord]
+      the same launch one warp step at a time: each record is the warp's state right after the step
+      (for stepping through a kernel and for checking another backend step by step)
+"""
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -74,6 +83,26 @@ class RunResult:
     memory: list[int]                       # final memory words, unsigned
     steps: int                              # warp steps (block executions)
     trace: list[tuple[int, int, int]] = field(default_factory=list)   # (cta, warp, block)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One warp step and the state it left. Copies, so a record stays as it was while the launch goes on."""
+    step: int                                   # warp steps so far in the launch, this one included (from 1)
+    cta: int                                    # CTA index, x fastest (as in RunResult.trace)
+    ctaid: tuple[int, int]                      # (ctaid.x, ctaid.y)
+    warp: int
+    block: int                                  # the block executed: the lowest PC among the warp's live lanes
+    active: int                                 # lane mask: bit l = lane l executed the block
+    regs: tuple[tuple[int, ...], ...]           # [lane][register r0..r15] after the step, unsigned
+    pc: tuple[int, ...]                         # per lane, after the step (an exited lane keeps its last PC)
+    exited: tuple[bool, ...]                    # per lane, after the step
+    memory: tuple[int, ...]                     # all MEM_WORDS words after the step, unsigned
+
+    @property
+    def trace_entry(self) -> tuple[int, int, int]:
+        """(cta, warp, block): this step's entry in RunResult.trace."""
+        return self.cta, self.warp, self.block
 
 
 @dataclass
@@ -204,8 +233,9 @@ class _Machine:
             for l, v in results:
                 w.regs[l][ins.rd] = v
 
-    def _step(self, w: _Warp) -> tuple[str, bool]:
-        """Execute one block for warp w; return its terminator kind and whether a lane branched backward."""
+    def _step(self, w: _Warp) -> tuple[int, list[int], bool]:
+        """Execute one block for warp w; return its PC, the active lanes and whether a lane branched backward
+        (a BAR sets w.at_bar)."""
         live = [l for l in range(LANES) if not w.exited[l]]
         pc = min(w.pc[l] for l in live)
         if self.steps >= self.step_limit:
@@ -235,10 +265,22 @@ class _Machine:
             else:
                 w.exited[l] = True
             back = back or (t.kind in ("JMP", "BR") and w.pc[l] <= pc)
-        return t.kind, back
+        if t.kind == "BAR":
+            w.at_bar = True
+        return pc, active, back
 
     # ---- scheduling ---------------------------------------------------------------------
-    def run_cta(self, cta: int, ctaid: tuple[int, int], grid: tuple[int, int], block: tuple[int, int]) -> None:
+    def launch_steps(self, grid: tuple[int, int], block: tuple[int, int]) -> Iterator[tuple[_Warp, int, list[int]]]:
+        """Run the CTAs in order, yielding (warp, block executed, active lanes) after every warp step."""
+        cta = 0
+        for cy in range(grid[1]):
+            for cx in range(grid[0]):
+                yield from self.cta_steps(cta, (cx, cy), grid, block)
+                cta += 1
+
+    def cta_steps(self, cta: int, ctaid: tuple[int, int], grid: tuple[int, int],
+                  block: tuple[int, int]) -> Iterator[tuple[_Warp, int, list[int]]]:
+        """Run one CTA to the end (scheduling: isa.py docstring), yielding as launch_steps does."""
         self.cta, self.cta_xy = cta, ctaid
         bx, by = block
         n = bx * by
@@ -255,10 +297,9 @@ class _Machine:
         while True:
             w = warps[cur]
             while not w.done and not w.at_bar:
-                kind, back = self._step(w)
-                if kind == "BAR":
-                    w.at_bar = True
-                elif back:      # a loop back edge ends the warp's turn, so a warp waiting on another can't starve it
+                pc, active, back = self._step(w)
+                yield w, pc, active
+                if back:        # a loop back edge ends the warp's turn, so a warp waiting on another can't starve it
                     break
             waiting = [x for x in warps if not x.done]
             if not waiting:
@@ -284,17 +325,42 @@ def check_launch_shape(grid: tuple[int, int], block: tuple[int, int]) -> None:
                             f"(over by {ctas - MAX_CTAS})")
 
 
-def run(program: Program, memory: list[int], grid: tuple[int, int] = (1, 1), block: tuple[int, int] = (LANES, 1),
-        step_limit: int | None = None, trace: bool = False) -> RunResult:
-    """Run a launch. ``memory``: MEM_WORDS unsigned words (not modified; the result holds the new ones)."""
+def _machine(program: Program, memory: list[int], grid: tuple[int, int], block: tuple[int, int],
+             step_limit: int | None, trace: bool) -> _Machine:
+    """A machine ready to launch, after the checks every launch gets (program, shape, memory size)."""
     check_program(program)
     check_launch_shape(grid, block)
     if len(memory) != MEM_WORDS:
         raise MachineError(f"memory image has {len(memory)} words, the machine has {MEM_WORDS}")
-    m = _Machine(program, [int(x) & MASK32 for x in memory], step_limit or DEFAULT_STEP_LIMIT, trace)
-    cta = 0
-    for cy in range(grid[1]):
-        for cx in range(grid[0]):
-            m.run_cta(cta, (cx, cy), grid, block)
-            cta += 1
+    return _Machine(program, [int(x) & MASK32 for x in memory], step_limit or DEFAULT_STEP_LIMIT, trace)
+
+
+def run(program: Program, memory: list[int], grid: tuple[int, int] = (1, 1), block: tuple[int, int] = (LANES, 1),
+        step_limit: int | None = None, trace: bool = False) -> RunResult:
+    """Run a launch. ``memory``: MEM_WORDS unsigned words (not modified; the result holds the new ones)."""
+    m = _machine(program, memory, grid, block, step_limit, trace)
+    deque(m.launch_steps(grid, block), maxlen=0)    # drains the scheduler at C speed: no per-step work here
     return RunResult(m.mem, m.steps, m.trace or [])
+
+
+def steps(program: Program, memory: list[int], grid: tuple[int, int] = (1, 1), block: tuple[int, int] = (LANES, 1),
+          step_limit: int | None = None) -> Iterator[StepRecord]:
+    """The launch run() makes, one StepRecord per warp step, in run(trace=True).trace order.
+
+    The checks run now (a bad program or shape raises here, not at the first next()); a MemoryFault or
+    StepLimitError is raised by the next() of the step that causes it. The last record's memory is the
+    final memory.
+    """
+    m = _machine(program, memory, grid, block, step_limit, trace=False)
+    return _records(m, grid, block)
+
+
+def _records(m: _Machine, grid: tuple[int, int], block: tuple[int, int]) -> Iterator[StepRecord]:
+    # a memory snapshot is copied only after blocks that can write memory; other records share the previous one
+    writes = [b.mem is not None and (b.mem.op in STORE_SIZE or b.mem.op.startswith("ATOM.")) for b in m.blocks]
+    memory = tuple(m.mem)
+    for w, pc, active in m.launch_steps(grid, block):
+        if writes[pc]:
+            memory = tuple(m.mem)
+        yield StepRecord(m.steps, m.cta, m.cta_xy, w.index, pc, sum(1 << l for l in active),
+                         tuple(map(tuple, w.regs)), tuple(w.pc), tuple(w.exited), memory)
