@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from qgpu_min.circuit import lib
-from qgpu_min.circuit.ir import Circuit, CircuitError, Unit, bit_not, const_bit
+from qgpu_min.circuit.ir import MAX_ROWS, MAX_TAP, Circuit, CircuitError, Unit, bit_not, const_bit
 from qgpu_min.circuit.selftest import GROUPS, OPS, op_circuit, operands
 from qgpu_min.circuit.sim import group_value, simulate, word_inputs, word_value
 
@@ -111,12 +111,12 @@ def test_reading_an_unwritten_row_raises():
         simulate(c, {wa: np.array([4]), ra: np.array([1]), v: np.array([0])})
 
 
-@pytest.mark.parametrize("bad", ["rows", "fields", "addr", "twice", "input"])
+@pytest.mark.parametrize("bad", ["rows", "fields", "addr", "taps", "twice", "input"])
 def test_malformed_circuits_raise(bad):
     c = Circuit("x")
     if bad == "rows":
         with pytest.raises(CircuitError, match="rows"):
-            c.memory("m", 129, (2,))
+            c.memory("m", MAX_ROWS + 1, (2,))
     elif bad == "fields":
         with pytest.raises(CircuitError, match="does not fit"):
             c.memory("m", 4, (2,) * 33)
@@ -124,6 +124,12 @@ def test_malformed_circuits_raise(bad):
         m = c.memory("m", 4, (2,))
         with pytest.raises(CircuitError, match="write address"):
             c.access(m, c.input("a", 4), [c.input("v", 2)], [])
+    elif bad == "taps":
+        m = c.memory("m", 4, (2, 2))
+        wa, v = c.input("a", 5), [c.input("v", 2)] * 2
+        for taps in ([1], [0, MAX_TAP + 1], [-1, 0]):
+            with pytest.raises(CircuitError, match="value_taps"):
+                c.access(m, wa, v, [], value_taps=taps)
     elif bad == "twice":
         m = c.memory("m", 4, (2,))
         c.access(m, None, [], [c.input("r", 4)])

@@ -13,6 +13,11 @@ after bf16 rounding). Ballast changes are constants: the MLP's constant unit wri
 Emission (`emit`): unit pre-activations K*(sum w*x - theta) with K = 64, up = the constant dim, down =
 coefficient/K; memory heads use one-hot keys/queries of amplitude 32, values of amplitude 32, beta = 1,
 decay 0, and the gated norm turns each stored active channel back into exactly 1.
+
+Banks: a memory of more rows than a head holds is split into banks (`banks`), one head per read port and
+bank. A head's query and key use only its bank's address elements, so the other banks see a zero query
+(they output exactly 0) and a zero key (their write is an exact no-op); every bank head of a port adds
+into the port's output dims, which therefore stay one-hot.
 """
 from __future__ import annotations
 
@@ -89,6 +94,18 @@ def _live_ops(c: Circuit, keep: list[Group]) -> list[Gate | MemOp]:
     return live[::-1]
 
 
+def banks(op: MemOp) -> list[range]:
+    """The memory's row ranges, one head per read port each: ROW_CHANNELS rows, or half that when the op
+    can write all rows at once (an all-rows key needs a power of 4 channels >= the bank's rows)."""
+    size = ROW_CHANNELS // 2 if op.writes_all_rows else ROW_CHANNELS
+    return [range(lo, min(lo + size, op.mem.rows)) for lo in range(0, op.mem.rows, size)]
+
+
+def mem_heads(op: MemOp) -> int:
+    """DeltaNet heads a memory op occupies: read ports x banks (a write-only memory needs none)."""
+    return len(op.read_addrs) * len(banks(op))
+
+
 def _time_of_layer(kind: str, layer: int) -> int:
     return 2 * layer + (1 if kind == "mlp" else 0)
 
@@ -162,10 +179,11 @@ def plan(c: Circuit, shape: BaseShape = BaseShape(), keep: list[Group] = (), mlp
             birth[id(op.out)] = _time_of_layer("mlp", layer)
             groups[id(op.out)] = op.out
         else:
-            layer, need = t_in // 2 + 1, len(op.read_addrs)
+            layer, need = t_in // 2 + 1, mem_heads(op)
             if need + 1 > shape.heads:
-                raise CircuitError(f"memory {op.mem.name}: {need} read ports + a constant head exceed "
-                                   f"{shape.heads} heads")
+                raise CircuitError(f"memory {op.mem.name}: {len(op.read_addrs)} read ports x {len(banks(op))} "
+                                   f"banks = {need} heads + a constant head exceed the {shape.heads} heads of a "
+                                   f"layer")
             while heads.get(layer, 0) + need + 1 > shape.heads:
                 layer += 1
             heads[layer] = heads.get(layer, 0) + need
@@ -205,6 +223,8 @@ def plan(c: Circuit, shape: BaseShape = BaseShape(), keep: list[Group] = (), mlp
                                        f"the circuit needs more than {shape.hidden}")
                 dims[gid] = [free.pop() for _ in range(g.size)]
 
+    _check_delayed_fields(ops, layer_of, birth, clear_at, shape)
+
     # ballast per norm point: time 2L-1 (before attention L) and 2L (before MLP L)
     ballast = []
     for t in range(-1, 2 * n_layers):
@@ -212,6 +232,24 @@ def plan(c: Circuit, shape: BaseShape = BaseShape(), keep: list[Group] = (), mlp
         ballast.append(_four_squares(shape.hidden - live - 2))
     return Plan(c, shape, ops, layer_of, birth, clear_at, dims, groups, const_dims, ballast_dims, ballast,
                 n_layers)
+
+
+def _check_delayed_fields(ops: list, layer_of: dict, birth: dict, clear_at: dict, shape: BaseShape) -> None:
+    """A write field with tap d is read by the conv from the dims its group has at that attention layer on
+    the token d places back: the tap must fit the conv kernel, and the group must be on the residual at
+    that layer. The layout is the same on every circuit token, so it is then there on every token."""
+    for op in ops:
+        if not isinstance(op, MemOp) or op.write_addr is None:
+            continue
+        t = 2 * layer_of[id(op)] - 1
+        for g, d in zip(op.write_value, op.value_taps):
+            if d > shape.conv_kernel - 1:
+                raise CircuitError(f"memory {op.mem.name}: field {g.name} has tap {d}, the conv kernel of "
+                                   f"{shape.conv_kernel} reaches {shape.conv_kernel - 1} tokens back")
+            gid = id(g.root)
+            if d and g.root is not CONST and not _on_residual(birth[gid], clear_at.get(gid), t):
+                raise CircuitError(f"memory {op.mem.name}: delayed field {g.name} is not on the residual at "
+                                   f"attention {layer_of[id(op)]}")
 
 
 def ballast_at(p: Plan, t: int) -> tuple[int, ...]:
@@ -375,41 +413,62 @@ def _write_always(p: Plan, h: int, z: Coo, b: Coo) -> None:
         z.add(h * p.shape.head_dim + ch, p.const_dims[0], Z_GATE)
 
 
-def _mem_heads(p: Plan, op: MemOp, first_head: int, qkv: Coo, z: Coo, b: Coo, out: Coo) -> int:
-    hd, H = p.shape.head_dim, p.shape.heads
-    key0, val0 = H * hd, 2 * H * hd
-    c0 = p.const_dims[0]
+def _query(p: Plan, addr: Group, bank: range, h: int, qkv: Coo) -> None:
+    """Read port query of head h: only this bank's address elements (other banks: zero query, output 0)."""
+    for a in bank:
+        dq = _term_dim(p, addr, a)
+        if dq is not None:
+            qkv.add(h * p.shape.head_dim + a - bank.start, dq, A_KEY)
+
+
+def _write_key(p: Plan, op: MemOp, bank: range, h: int, qkv: Coo) -> None:
+    """Write key of head h: this bank's single-row elements, and the all-rows element spread over
+    all_rows(bank rows) channels (other elements: zero key, an exact no-op write)."""
+    if op.write_addr is None:
+        return
+    key0 = (p.shape.heads + h) * p.shape.head_dim
+    for a in bank:
+        dk = _term_dim(p, op.write_addr, a)
+        if dk is not None:
+            qkv.add(key0 + a - bank.start, dk, A_KEY)
+    if op.writes_all_rows:
+        dk = _term_dim(p, op.write_addr, op.mem.rows + 1)
+        if dk is not None:
+            for ch in range(all_rows(len(bank))):
+                qkv.add(key0 + ch, dk, A_KEY)
+
+
+def _row_values(p: Plan, op: MemOp, outputs: list[Group], h: int, qkv: Coo, out: Coo, conv: np.ndarray) -> None:
+    """Value channels of head h (each field at its conv tap, filler from this token) and the out_proj
+    from them to the port's output dims."""
+    hd, K = p.shape.head_dim, p.shape.conv_kernel
+    val0 = (2 * p.shape.heads + h) * hd
     offsets = np.cumsum([0] + list(op.mem.fields))
-    wa = op.write_addr
-    every = wa is not None and wa.size == op.mem.rows + 2
-    key_channels = all_rows(op.mem.rows) if every else op.mem.rows
+    for i, (g, d) in enumerate(zip(op.write_value, op.value_taps)):
+        for e in range(g.size):
+            ch = val0 + offsets[i] + e
+            dv = _term_dim(p, g, e)
+            if dv is not None:
+                qkv.add(ch, dv, L_VALUE)
+            conv[ch, :] = 0.0
+            conv[ch, K - 1 - d] = 1.0  # the value this token's residual had d tokens earlier
+            out.add(p.dims[id(outputs[i])][e], h * hd + offsets[i] + e, 1.0 / Z_GATE)
+    for f in range(ROW_ACTIVE - len(op.mem.fields)):  # filler channels: constant-RMS rows
+        qkv.add(val0 + offsets[-1] + f, p.const_dims[0], L_VALUE)
 
-    def key_elems(a: int) -> list[int]:  # write-address elements that put a key on channel a
-        if wa is None:
-            return []
-        return ([a] if a < op.mem.rows else []) + ([op.mem.rows + 1] if every else [])
 
+def _mem_heads(p: Plan, op: MemOp, first_head: int, qkv: Coo, z: Coo, b: Coo, out: Coo, conv: np.ndarray) -> int:
+    """Heads first_head.. for op: one per (read port, bank), every bank of a port writing the same
+    output dims. Returns the number of heads used."""
+    h = first_head
     for port, addr in enumerate(op.read_addrs):
-        h = first_head + port
-        for a in range(op.mem.rows):
-            dq = _term_dim(p, addr, a)
-            if dq is not None:
-                qkv.add(h * hd + a, dq, A_KEY)
-        for a in range(key_channels):
-            for e in key_elems(a):
-                dk = _term_dim(p, op.write_addr, e)
-                if dk is not None:
-                    qkv.add(key0 + h * hd + a, dk, A_KEY)
-        for i, g in enumerate(op.write_value):
-            for e in range(g.size):
-                d = _term_dim(p, g, e)
-                if d is not None:
-                    qkv.add(val0 + h * hd + offsets[i] + e, d, L_VALUE)
-                out.add(p.dims[id(op.outputs[port][i])][e], h * hd + offsets[i] + e, 1.0 / Z_GATE)
-        for f in range(ROW_ACTIVE - len(op.mem.fields)):  # filler channels: constant-RMS rows
-            qkv.add(val0 + h * hd + offsets[-1] + f, c0, L_VALUE)
-        _write_always(p, h, z, b)
-    return len(op.read_addrs)
+        for bank in banks(op):
+            _query(p, addr, bank, h, qkv)
+            _write_key(p, op, bank, h, qkv)
+            _row_values(p, op, op.outputs[port], h, qkv, out, conv)
+            _write_always(p, h, z, b)
+            h += 1
+    return h - first_head
 
 
 def _const_head(p: Plan, h: int, delta: tuple[int, ...], qkv: Coo, z: Coo, b: Coo, out: Coo) -> None:
@@ -443,11 +502,13 @@ def emit(p: Plan, out_code: OutputCode | None = None) -> list[LayerWeights]:
     for L in range(p.n_layers):
         qkv, z, b, a, out = Coo((conv_dim, H)), Coo((nh * hd, H)), Coo((nh, H)), Coo((nh, H)), Coo((H, nh * hd))
         mlp = _Mlp(p)
+        conv = np.zeros((conv_dim, s.conv_kernel), np.float32)
+        conv[:, -1] = 1.0  # current token only, except delayed write fields (_row_values)
         # attention: memory ops, then the constant head for the ballast change
         head = 0
         for op in p.ops:
             if isinstance(op, MemOp) and p.layer_of[id(op)] == L:
-                head += _mem_heads(p, op, head, qkv, z, b, out)
+                head += _mem_heads(p, op, head, qkv, z, b, out, conv)
         before, after = ballast_at(p, 2 * L - 1), ballast_at(p, 2 * L)
         if before != after:
             _const_head(p, head, tuple(x - y for x, y in zip(after, before)), qkv, z, b, out)
@@ -479,8 +540,6 @@ def emit(p: Plan, out_code: OutputCode | None = None) -> list[LayerWeights]:
             if cl == L and gid in p.dims:
                 for d in p.dims[gid]:
                     mlp.unit({d: 1.0}, 0, {d: -1.0})
-        conv = np.zeros((conv_dim, s.conv_kernel), np.float32)
-        conv[:, -1] = 1.0  # current token only
         vecs = {"in_norm": np.full(H, NORM_W, np.float32), "post_norm": np.full(H, NORM_W, np.float32), "conv": conv,
                 "dt_bias": np.full(nh, DT_BIAS, np.float32), "A_log": np.full(nh, A_LOG, np.float32),
                 "gdn_norm": np.full(hd, math.sqrt(ROW_ACTIVE / hd), np.float32)}

@@ -90,10 +90,11 @@ class Gate:
 
 @dataclass(eq=False)
 class Memory:
-    """A DeltaNet memory: `rows` addressable rows (<= 128), each holding one value per field group.
+    """A DeltaNet memory: `rows` addressable rows (<= MAX_ROWS), each holding one value per field group.
 
     Stored rows are constant-RMS codes: every field is one-hot, padded with always-on filler channels to
     exactly ROW_ACTIVE active channels (the per-head output norm then maps each active channel to 1).
+    A head holds ROW_CHANNELS rows; the compiler splits more rows into banks (compile.banks).
     """
 
     name: str
@@ -109,13 +110,27 @@ class MemOp:
     The write address group has size rows+1 (element rows = no write) or rows+2 (element rows+1 = write
     every row at once: a key spread evenly over all rows stores the value, scaled, in each; reads undo the
     scale because the head's output norm is scale-free). Initialise a memory that way before reading rows
-    that were never written: an empty row reads as no active element at all."""
+    that were never written: an empty row reads as no active element at all.
+
+    value_taps[i] = d: write field i takes the value its group had d tokens earlier (the DeltaNet short conv
+    reads it back), so a row can be assembled over up to MAX_TAP + 1 tokens; the key is always this token's.
+    The d previous tokens must be circuit tokens of the same sequence."""
 
     mem: Memory
     write_addr: Group | None
     write_value: list[Group]
     read_addrs: list[Group]
     outputs: list[list[Group]] = field(default_factory=list)
+    value_taps: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.value_taps:
+            self.value_taps = (0,) * len(self.write_value)
+
+    @property
+    def writes_all_rows(self) -> bool:
+        """Whether the write address has the all-rows element (size rows+2)."""
+        return self.write_addr is not None and self.write_addr.size == self.mem.rows + 2
 
     @property
     def inputs(self) -> list[Group]:
@@ -136,6 +151,8 @@ def _distinct_roots(groups: Iterable[Group]) -> list[Group]:
 CONST = Group("const", 1)
 ROW_CHANNELS = 128
 ROW_ACTIVE = 32
+MAX_ROWS = 2048  # rows beyond one head's ROW_CHANNELS are banked over several heads by the compiler
+MAX_TAP = 3      # the conv1d has 4 taps: a write field reaches back at most 3 tokens
 
 
 def const_bit(value: int) -> Group:
@@ -192,8 +209,9 @@ class Circuit:
     def memory(self, name: str, rows: int, fields: tuple[int, ...]) -> Memory:
         channels = sum(fields)
         active = len(fields)
-        if not 1 <= rows <= ROW_CHANNELS:
-            raise CircuitError(f"memory {name}: {rows} rows, a head holds 1..{ROW_CHANNELS}")
+        if not 1 <= rows <= MAX_ROWS:
+            raise CircuitError(f"memory {name}: {rows} rows, a memory holds 1..{MAX_ROWS} (banked, "
+                               f"{ROW_CHANNELS} rows per head)")
         if active > ROW_ACTIVE or channels + (ROW_ACTIVE - active) > ROW_CHANNELS:
             raise CircuitError(f"memory {name}: a row of {active} fields / {channels} channels does not fit a "
                                f"{ROW_CHANNELS}-channel head with {ROW_ACTIVE} active channels")
@@ -202,23 +220,27 @@ class Circuit:
         return m
 
     def access(self, mem: Memory, write_addr: Group | None, write_value: list[Group],
-               read_addrs: list[Group]) -> list[list[Group]]:
-        """Schedule one access of `mem` (each memory is accessed by exactly one op per token)."""
+               read_addrs: list[Group], value_taps: list[int] | None = None) -> list[list[Group]]:
+        """Schedule one access of `mem` (each memory is accessed by exactly one op per token).
+
+        value_taps: per write field, how many tokens back (0..MAX_TAP) its value is taken from (default 0)."""
         if any(op.mem is mem for op in self.ops if isinstance(op, MemOp)):
             raise CircuitError(f"memory {mem.name} is accessed twice; give each memory one access op")
+        taps = tuple(int(d) for d in value_taps) if value_taps is not None else (0,) * len(write_value)
+        if len(taps) != len(write_value) or not all(0 <= d <= MAX_TAP for d in taps):
+            raise CircuitError(f"memory {mem.name}: value_taps {list(taps)} needs one tap in 0..{MAX_TAP} per "
+                               f"write field ({len(write_value)})")
         if write_addr is not None:
             if write_addr.size not in (mem.rows + 1, mem.rows + 2):
                 raise CircuitError(f"memory {mem.name}: write address needs size {mem.rows + 1} (last = none) or "
                                    f"{mem.rows + 2} (then last = all rows)")
-            if write_addr.size == mem.rows + 2 and mem.rows > ROW_CHANNELS // 2:
-                raise CircuitError(f"memory {mem.name}: writing all rows at once needs <= {ROW_CHANNELS // 2} rows")
             if [g.size for g in write_value] != list(mem.fields):
                 raise CircuitError(f"memory {mem.name}: write value sizes {[g.size for g in write_value]} "
                                    f"!= fields {list(mem.fields)}")
         for a in read_addrs:
             if a.size != mem.rows:
                 raise CircuitError(f"memory {mem.name}: read address needs size {mem.rows}, got {a.size}")
-        op = MemOp(mem, write_addr, list(write_value), list(read_addrs))
+        op = MemOp(mem, write_addr, list(write_value), list(read_addrs), value_taps=taps)
         op.outputs = [[Group(f"{mem.name}.r{p}.{i}", s) for i, s in enumerate(mem.fields)]
                       for p in range(len(read_addrs))]
         self.ops.append(op)

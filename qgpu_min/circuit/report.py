@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import lib
-from .compile import BaseShape, Plan, emit, plan
+from .compile import BaseShape, Plan, emit, mem_heads, plan
 from .ir import Circuit, Gate, MemOp
 
 
@@ -31,7 +31,7 @@ def measure(name: str, c: Circuit, shape: BaseShape = BaseShape()) -> Cost:
     layers = emit(p)
     mlp_layers = len({p.layer_of[id(op)] for op in p.ops if isinstance(op, Gate)})
     units = sum(len(op.units) for op in p.ops if isinstance(op, Gate))
-    heads = sum(len(op.read_addrs) for op in p.ops if isinstance(op, MemOp))
+    heads = sum(mem_heads(op) for op in p.ops if isinstance(op, MemOp))
     clears = sum(lw.units for lw in layers) - units - len(layers)
     return Cost(name, mlp_layers, units, clears, heads, _peak_dims(p))
 

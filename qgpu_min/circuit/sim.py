@@ -3,12 +3,15 @@
 Gates are evaluated unit by unit with integer ReLUs, exactly the arithmetic the compiled SwiGLU units
 perform; every gate's result is checked to be one-hot on every case (a gate that is not is a bug in its
 construction and raises). Memories keep per-case rows across tokens; reading a never-written row raises.
+Write fields taken from earlier tokens (MemOp.value_taps) read a per-case history of the last MAX_TAP
+tokens' values of their groups; writing one that reaches back before the sequence start raises (the
+model's conv state is zeros there, so the row would be corrupt).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .ir import CONST, Circuit, CircuitError, Gate, Group, MemOp
+from .ir import CONST, MAX_TAP, Circuit, CircuitError, Gate, Group, MemOp
 
 Values = dict  # id(root group) -> int64 [batch]
 
@@ -28,8 +31,35 @@ def group_value(values: Values, g: Group, batch: int) -> np.ndarray:
     return out
 
 
+SEEN, HISTORY = "tokens seen", "history"  # state keys besides id(memory) -> rows
+
+
+def _delayed_roots(circuit: Circuit) -> dict[int, Group]:
+    """Root groups some write field takes from an earlier token (the constant group needs no history)."""
+    roots: dict[int, Group] = {}
+    for op in circuit.ops:
+        if isinstance(op, MemOp) and op.write_addr is not None:
+            for g, d in zip(op.write_value, op.value_taps):
+                if d and g.root is not CONST:
+                    roots.setdefault(id(g.root), g.root)
+    return roots
+
+
 def new_state(circuit: Circuit, batch: int) -> dict:
-    return {id(m): np.full((batch, m.rows, len(m.fields)), -1, dtype=np.int64) for m in circuit.memories}
+    """Memory rows (-1: never written), the tokens seen so far, and per delayed root group its values on
+    the last MAX_TAP tokens, newest first (-1: before the sequence start)."""
+    state: dict = {id(m): np.full((batch, m.rows, len(m.fields)), -1, dtype=np.int64) for m in circuit.memories}
+    state[SEEN] = 0
+    state[HISTORY] = {gid: np.full((batch, MAX_TAP), -1, dtype=np.int64) for gid in _delayed_roots(circuit)}
+    return state
+
+
+def _push_history(values: Values, state: dict) -> None:
+    """After a token: its values become the newest history entry."""
+    for gid, h in state[HISTORY].items():
+        h[:, 1:] = h[:, :-1].copy()
+        h[:, 0] = values[gid]
+    state[SEEN] += 1
 
 
 def _eval_gate(values: Values, gate: Gate, batch: int) -> np.ndarray:
@@ -53,15 +83,31 @@ def _eval_gate(values: Values, gate: Gate, batch: int) -> np.ndarray:
     return acc.argmax(axis=1)
 
 
+def _write_fields(values: Values, op: MemOp, state: dict, writes: np.ndarray, batch: int) -> np.ndarray:
+    """The value written per case and field [batch, fields]; a field with tap d is its group's value d
+    tokens earlier. Raises if a case that writes reaches back before the sequence start."""
+    cols = []
+    for i, (g, d) in enumerate(zip(op.write_value, op.value_taps)):
+        if d == 0:
+            cols.append(group_value(values, g, batch))
+            continue
+        if state[SEEN] < d and writes.any():
+            raise CircuitError(f"memory {op.mem.name}: case {int(np.argmax(writes))} writes field {i} from {d} "
+                               f"tokens back, before the sequence start (only {state[SEEN]} tokens seen)")
+        past = {} if g.root is CONST else {id(g.root): state[HISTORY][id(g.root)][:, d - 1]}
+        cols.append(group_value(past, g, batch))
+    return np.stack(cols, axis=1)
+
+
 def _eval_mem(values: Values, op: MemOp, state: dict, batch: int) -> None:
     rows = state[id(op.mem)]
     idx = np.arange(batch)
     if op.write_addr is not None:
         addr = group_value(values, op.write_addr, batch)
         w = addr < op.mem.rows
-        vals = np.stack([group_value(values, g, batch) for g in op.write_value], axis=1)
-        rows[idx[w], addr[w]] = vals[w]
         every = addr == op.mem.rows + 1
+        vals = _write_fields(values, op, state, w | every, batch)
+        rows[idx[w], addr[w]] = vals[w]
         rows[every] = vals[every][:, None, :]
     for port, a in enumerate(op.read_addrs):
         addr = group_value(values, a, batch)
@@ -93,6 +139,7 @@ def simulate(circuit: Circuit, inputs: dict, state: dict | None = None) -> tuple
             values[id(op.out)] = _eval_gate(values, op, batch)
         else:
             _eval_mem(values, op, state, batch)
+    _push_history(values, state)
     return values, state
 
 
