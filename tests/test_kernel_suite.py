@@ -15,7 +15,7 @@ import pytest
 
 from compilers import skip_if_missing
 from kernel_suite import CASES, Case, Shape, Unordered, words
-from qgpu_min.host.launch import compile_kernel, launch
+from qgpu_min.host.launch import CompiledKernel, compile_kernel, launch
 
 COMPILERS = ("zig", "nvcc")
 # Kernels that cannot run exactly yet, by case id: (why, the failure expected, the compilers concerned
@@ -33,10 +33,12 @@ def _seed(case: Case, shape: Shape) -> int:
     return zlib.crc32(f"{case.id}/{shape}".encode())
 
 
-def run_case(case: Case, compiler: str, shape: Shape) -> None:
+def run_case(case: Case, compiler: str, shape: Shape, kernel: CompiledKernel | None = None) -> None:
+    """Launch the case's kernel (``kernel``: another lowering of it, e.g. to a narrower block format) and
+    compare every pointer parameter with the NumPy reference."""
     skip_if_missing(compiler)
     args = case.make(np.random.default_rng(_seed(case, shape)), shape)
-    kernel = _compiled(case, compiler)
+    kernel = kernel if kernel is not None else _compiled(case, compiler)
     kinds = ["ptr" if isinstance(a, np.ndarray) else "scalar" for a in args]
     assert [p.kind for p in kernel.params] == kinds, "the suite's arguments do not match the kernel's parameters"
     result = launch(kernel, [a.copy() if isinstance(a, np.ndarray) else a for a in args],

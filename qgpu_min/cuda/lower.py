@@ -3,7 +3,7 @@
 Pipeline: lower_ops (PTX -> virtual code, calls inlined) -> lower_cfg (basic blocks, jump threading,
 reconvergence layout) -> lower_opt (constant propagation, branch inversion) -> lower_regalloc (15
 registers) -> pack each basic block into machine blocks (isa.N_PRE ALU, one memory op, isa.N_POST ALU,
-terminator), then live-in/out masks.
+terminator; or the narrower isa.BlockFormat given to `lower`), then live-in/out masks.
 
 Kernel parameters are not in memory: each `ld.param` becomes `ADD rd, rz, imm` whose imm the launch
 sets to the argument (an array's base address or a scalar), recorded in Program.param_slots.
@@ -15,10 +15,12 @@ The launch's arrays go between the two.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..machine.isa import (MEM_WORDS, N_POST, N_PRE, STORE_OPS, ZERO, Block, CapacityError, Instr, Program,
-                           Term, annotate_liveness, check_program)
+from ..machine.isa import (MACHINE_FORMAT, MEM_WORDS, N_PRE, STORE_OPS, ZERO, Block, BlockFormat, CapacityError,
+                           Instr, Program, Term, annotate_liveness, check_block_format, check_program,
+                           live_in_reads)
 from .lower_cfg import build_blocks, layout, thread_jumps
 from .lower_ir import RZ, MemoryLayout, V
 from .lower_ops import Lowerer
@@ -82,12 +84,34 @@ def _rw(ins: Instr) -> tuple[set[int], set[int]]:
     return reads, writes
 
 
-def _pack(ops: list[tuple[Instr, V]]) -> list[tuple[list, tuple | None, list]]:
-    """Schedule a basic block's instructions into (pre, mem, post) chunks.
+# A chunk becomes one machine block: (pre slots, memory slot, post slots). A None slot is left empty
+# (NOP) because a typed format put the next op into a later slot.
+Slot = tuple[Instr, V]
+Chunk = tuple[list[Slot | None], Slot | None, list[Slot | None]]
+
+
+def _check_ops(ops: list[Slot], fmt: BlockFormat) -> None:
+    """Reject an op that no block of ``fmt`` can hold (the packer would otherwise wait for it forever)."""
+    for ins, v in ops:
+        where = f"PTX line {v.line}" if v.line else "the kernel"
+        if ins.is_mem and not fmt.allows_mem(ins.op):
+            allowed = ", ".join(sorted(fmt.mem_ops or ())) or "none"
+            raise CapacityError(f"{where}: {ins.op} is not allowed by the block format "
+                                f"(its memory ops: {allowed})")
+        if not ins.is_mem and not fmt.fits_some_slot(ins.op):
+            raise CapacityError(f"{where}: {ins.op} fits no ALU slot of the block format")
+
+
+def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = ZERO) -> list[Chunk]:
+    """Schedule a basic block's instructions into (pre, mem, post) chunks of format ``fmt``.
 
     List scheduling over register dependences (memory ops keep their order): each chunk first takes
     the ALU ops the next memory op needs, then other ready ALU ops (hoisting independent work above the
-    memory op), then the memory op, then ready ALU ops into the post slots."""
+    memory op), then the memory op, then ready ALU ops into the post slots. Slots fill in order, each
+    with the best ready op it allows; an op that no remaining slot allows, or that would push the chunk's
+    live-in reads over fmt.max_reads, waits for the next chunk. ``branch_reg`` is the register the
+    block's BR tests: it counts as a read of the last chunk, and gets an empty chunk of its own when
+    that chunk has no read to spare."""
     n = len(ops)
     rw = [_rw(i) for i, _ in ops]
     preds: list[set[int]] = []
@@ -96,7 +120,7 @@ def _pack(ops: list[tuple[Instr, V]]) -> list[tuple[list, tuple | None, list]]:
         preds.append({i for i in range(j) if rw[i][1] & rj or rw[i][0] & wj or rw[i][1] & wj
                       or (ops[i][0].is_mem and ops[j][0].is_mem)})
     done: set[int] = set()
-    chunks: list[tuple[list, tuple | None, list]] = []
+    chunks: list[Chunk] = []
 
     def ancestors(k: int) -> set[int]:
         out, stack = set(), list(preds[k])
@@ -107,30 +131,62 @@ def _pack(ops: list[tuple[Instr, V]]) -> list[tuple[list, tuple | None, list]]:
                 stack.extend(preds[x])
         return out
 
-    def take(limit: int, need: set[int]) -> list[int]:
-        picked: list[int] = []
-        while len(picked) < limit:
+    def within_reads(placed: list[Instr], ins: Instr) -> bool:
+        return fmt.max_reads is None or len(live_in_reads(placed + [ins])) <= fmt.max_reads
+
+    def take(n_slots: int, allows: Callable[[int, str], bool], need: set[int],
+             placed: list[Instr]) -> list[int | None]:
+        picked: list[int | None] = []
+        for slot in range(n_slots):
             ready = [k for k in range(n) if k not in done and not ops[k][0].is_mem and preds[k] <= done]
             if not ready:
                 break
-            k = next((x for x in ready if x in need), ready[0])
+            fit = [k for k in ready if allows(slot, ops[k][0].op) and within_reads(placed, ops[k][0])]
+            if not fit:     # the slot's type or the read limit rules out every ready op: try the next slot
+                picked.append(None)
+                continue
+            k = next((x for x in fit if x in need), fit[0])
             picked.append(k)
             done.add(k)
+            placed.append(ops[k][0])
+        while picked and picked[-1] is None:
+            picked.pop()
         return picked
 
+    def slots(picked: list[int | None]) -> list[Slot | None]:
+        return [None if k is None else ops[k] for k in picked]
+
+    placed: list[Instr] = []
     while len(done) < n:
+        before = len(done)
         nxt = next((k for k in range(n) if k not in done and ops[k][0].is_mem), None)
         need = ancestors(nxt) - done if nxt is not None else set()
-        pre = take(N_PRE, need)
-        mem = nxt if nxt is not None and preds[nxt] <= done else None
+        placed = []
+        pre = take(fmt.n_pre, fmt.pre_allows, need, placed)
+        mem = nxt if nxt is not None and preds[nxt] <= done and within_reads(placed, ops[nxt][0]) else None
         if mem is not None:
             done.add(mem)
-        post = take(N_POST, need)
-        chunks.append(([ops[k] for k in pre], ops[mem] if mem is not None else None, [ops[k] for k in post]))
+            placed.append(ops[mem][0])
+        post = take(fmt.n_post, fmt.post_allows, need, placed)
+        if len(done) == before:     # a guard: _check_ops and max_reads >= 3 make every chunk take an op
+            raise CapacityError(f"the block format leaves no room for {ops[min(set(range(n)) - done)][0]}")
+        chunks.append((slots(pre), ops[mem] if mem is not None else None, slots(post)))
+    if chunks and fmt.max_reads is not None and len(live_in_reads(placed, branch_reg)) > fmt.max_reads:
+        chunks.append(([], None, []))
     return chunks or [([], None, [])]
 
 
-def lower(module: PtxModule, kernel: Function) -> Lowered:
+def _slot_instrs(slots: list[Slot | None]) -> list[Instr]:
+    return [Instr("NOP") if x is None else x[0] for x in slots]
+
+
+def _branch_reg(term: V, colour: dict[str, int]) -> int:
+    """The register a BR terminator tests (ZERO for other terminators)."""
+    return colour[term.a] if term.op == "BR" and term.a != RZ else ZERO
+
+
+def lower(module: PtxModule, kernel: Function, fmt: BlockFormat = MACHINE_FORMAT) -> Lowered:
+    """The machine program for ``kernel``; every block obeys ``fmt`` (default: the machine's own format)."""
     lay = memory_layout(module, kernel)
     code = Lowerer(module, kernel, lay).lower_kernel()
     blocks = thread_jumps(build_blocks(code))
@@ -154,15 +210,17 @@ def lower(module: PtxModule, kernel: Function) -> Lowered:
         start[name] = len(machine)
         ops = [(_phys(v, colour), v) for v in bb.ops]
         ops = [(i, v) for i, v in ops if not (v.is_move and i.rd == i.ra)]
-        chunks = _pack(ops)
+        _check_ops(ops, fmt)
+        chunks = _pack(ops, fmt, _branch_reg(bb.term, colour))
         for k, (pre, mem, post) in enumerate(chunks):
-            lines = sorted({v.line for _, v in pre + post + ([mem] if mem else []) if v.line})
-            blk = Block([i for i, _ in pre], mem[0] if mem else None, [i for i, _ in post],
+            used = [x for x in pre + post + [mem] if x is not None]
+            lines = sorted({v.line for _, v in used if v.line})
+            blk = Block(_slot_instrs(pre), mem[0] if mem else None, _slot_instrs(post),
                         note=("PTX lines " + ",".join(map(str, lines))) if lines else "", lines=tuple(lines))
             idx = len(machine)
-            for slot, (_, v) in list(enumerate(pre)) + [(N_PRE + 1 + j, x) for j, x in enumerate(post)]:
-                if v.param is not None:
-                    params.append((idx, slot, v.param, v.param_part))
+            for slot, x in list(enumerate(pre)) + [(N_PRE + 1 + j, x) for j, x in enumerate(post)]:
+                if x is not None and x[1].param is not None:
+                    params.append((idx, slot, x[1].param, x[1].param_part))
             machine.append(blk)
             if k + 1 < len(chunks):
                 blk.term = Term("JMP", taken=idx + 1)
@@ -174,10 +232,11 @@ def lower(module: PtxModule, kernel: Function) -> Lowered:
         if t.op == "JMP":
             machine[idx].term = Term("JMP", taken=start[t.t])
         elif t.op == "BR":
-            machine[idx].term = Term("BR", colour[t.a] if t.a != RZ else ZERO, start[t.t], start[t.f])
+            machine[idx].term = Term("BR", _branch_reg(t, colour), start[t.t], start[t.f])
         else:
             machine[idx].term = Term(t.op)
     program = Program(machine, params)
     annotate_liveness(program)
     check_program(program)
+    check_block_format(program, fmt)
     return Lowered(program, lay, warp_size_warnings(module, kernel))

@@ -66,6 +66,10 @@ A program is a ROM of at most ``ROM_BLOCKS`` blocks. A block is, in order:
 Empty slots hold NOP. Each block also records ``live_in`` / ``live_out`` register masks (bit i =
 register ri, 15 bits): the registers the block reads before writing / that are live after it.
 
+A second execution target may accept only a narrower format (fewer or typed ALU slots, a bound on
+the registers a block reads, a subset of the memory ops): ``BlockFormat``, checked by
+``check_block_format``; ``MACHINE_FORMAT`` is the format above.
+
 Scheduling and reconvergence
 ----------------------------
 CTAs run one at a time in order (x fastest, then y). A CTA of ``bx * by`` threads has
@@ -242,6 +246,112 @@ def check_program(program: Program) -> None:
         raise CapacityError(f"program needs {n} blocks; the ROM holds {ROM_BLOCKS} (over by {n - ROM_BLOCKS})")
     for i, b in enumerate(program.blocks):
         _check_block(i, b, n)
+
+
+@dataclass(frozen=True)
+class BlockFormat:
+    """The blocks an execution target accepts: a narrowing of the machine's block format.
+
+    A target with fewer or typed ALU slots, or a bounded number of register reads per block, lowers
+    with ``lower(module, kernel, fmt)``; its programs are still ordinary machine programs (an unused
+    slot before a used one holds NOP), so the interpreter runs them unchanged. ``MACHINE_FORMAT`` is
+    the machine itself."""
+    n_pre: int = N_PRE
+    n_post: int = N_POST
+    # per slot: the ALU opcodes it may hold (None: any); None for the whole tuple: every slot takes any
+    pre_ops: tuple[frozenset[str] | None, ...] | None = None
+    post_ops: tuple[frozenset[str] | None, ...] | None = None
+    # the most distinct registers a block may read before writing them (live_in_reads); None: no limit
+    max_reads: int | None = None
+    mem_ops: frozenset[str] | None = None       # memory/warp opcodes allowed in the memory slot; None: all
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.n_pre <= N_PRE and 0 <= self.n_post <= N_POST):
+            raise MachineError(f"block format: {self.n_pre} pre / {self.n_post} post ALU slots, the machine "
+                               f"has {N_PRE} / {N_POST}")
+        for name, n in (("pre_ops", self.n_pre), ("post_ops", self.n_post)):
+            slots = getattr(self, name)
+            if slots is None:
+                continue
+            if len(slots) != n:
+                raise MachineError(f"block format: {name} lists {len(slots)} slots, the format has {n}")
+            # accept any collection of names, store frozensets so the format stays hashable
+            slots = tuple(None if ops is None else frozenset(ops) for ops in slots)
+            for ops in slots:
+                if ops is not None and not ops <= set(ALU_OPS):
+                    raise MachineError(f"block format: {name} names non-ALU opcodes {sorted(ops - set(ALU_OPS))}")
+            object.__setattr__(self, name, slots)
+        # a single instruction reads up to 3 registers: below that some instruction fits no block
+        if self.max_reads is not None and self.max_reads < 3:
+            raise MachineError(f"block format: max_reads={self.max_reads}, at least 3 is needed")
+        if self.mem_ops is not None:
+            object.__setattr__(self, "mem_ops", frozenset(self.mem_ops))
+            unknown = self.mem_ops - set(MEM_OPS)
+            if unknown:
+                raise MachineError(f"block format: mem_ops names non-memory opcodes {sorted(unknown)}")
+
+    def pre_allows(self, slot: int, op: str) -> bool:
+        """Whether pre slot ``slot`` may hold ALU op ``op`` (NOP, an empty slot, always)."""
+        return slot < self.n_pre and _slot_allows(self.pre_ops, slot, op)
+
+    def post_allows(self, slot: int, op: str) -> bool:
+        return slot < self.n_post and _slot_allows(self.post_ops, slot, op)
+
+    def allows_mem(self, op: str) -> bool:
+        return self.mem_ops is None or op in self.mem_ops
+
+    def fits_some_slot(self, op: str) -> bool:
+        """Whether some pre or post slot takes ALU op ``op``: else no block of this format can hold it."""
+        return (any(self.pre_allows(k, op) for k in range(self.n_pre))
+                or any(self.post_allows(k, op) for k in range(self.n_post)))
+
+
+MACHINE_FORMAT = BlockFormat()
+
+
+def _slot_allows(slots: tuple[frozenset[str] | None, ...] | None, k: int, op: str) -> bool:
+    return op == "NOP" or slots is None or slots[k] is None or op in slots[k]
+
+
+def live_in_reads(instrs: list[Instr], branch_reg: int = ZERO) -> set[int]:
+    """The registers that instructions run in this order, then a BR on ``branch_reg``, read before
+    writing them: what a block with these contents reads from outside itself."""
+    reads: set[int] = set()
+    written: set[int] = set()
+    for ins in instrs:
+        reads |= _reads(ins) - written
+        written |= _writes(ins)
+    if branch_reg != ZERO and branch_reg not in written:
+        reads.add(branch_reg)
+    return reads
+
+
+def _slot_rule(fmt: BlockFormat, i: int, b: Block) -> str | None:
+    """The first slot rule of ``fmt`` that block ``b`` (index ``i``) breaks, or None."""
+    if len(b.pre) > fmt.n_pre or len(b.post) > fmt.n_post:
+        return (f"block B{i}: {len(b.pre)} pre / {len(b.post)} post ALU instructions, the format has "
+                f"{fmt.n_pre} / {fmt.n_post} slots")
+    for where, instrs, allows in (("pre", b.pre, fmt.pre_allows), ("post", b.post, fmt.post_allows)):
+        for k, ins in enumerate(instrs):
+            if not allows(k, ins.op):
+                return f"block B{i}: {where} slot {k} holds {ins.op}, which the format does not allow there"
+    if b.mem is not None and not fmt.allows_mem(b.mem.op):
+        return f"block B{i}: memory op {b.mem.op} is not one of the format's memory ops"
+    return None
+
+
+def check_block_format(program: Program, fmt: BlockFormat) -> None:
+    """Raise CapacityError naming the first block, and the rule, where ``program`` breaks ``fmt``."""
+    for i, b in enumerate(program.blocks):
+        broken = _slot_rule(fmt, i, b)
+        if broken:
+            raise CapacityError(broken)
+        if fmt.max_reads is not None:
+            reads = live_in_reads(b.instrs(), b.term.ra if b.term.kind == "BR" else ZERO)
+            if len(reads) > fmt.max_reads:
+                regs = ",".join(f"r{r}" for r in sorted(reads))
+                raise CapacityError(f"block B{i}: reads {len(reads)} registers before writing them ({regs}), "
+                                    f"the format allows {fmt.max_reads} (over by {len(reads) - fmt.max_reads})")
 
 
 def encode_instr(ins: Instr | None) -> int:
