@@ -242,7 +242,7 @@ def _check_delayed_fields(ops: list, layer_of: dict, birth: dict, clear_at: dict
         if not isinstance(op, MemOp) or op.write_addr is None:
             continue
         t = 2 * layer_of[id(op)] - 1
-        for g, d in zip(op.write_value, op.value_taps):
+        for g, d in op.all_sources():
             if d > shape.conv_kernel - 1:
                 raise CircuitError(f"memory {op.mem.name}: field {g.name} has tap {d}, the conv kernel of "
                                    f"{shape.conv_kernel} reaches {shape.conv_kernel - 1} tokens back")
@@ -348,13 +348,19 @@ def all_rows(rows: int) -> int:
     return m
 
 
-def _term_dim(p: Plan, g: Group, e: int) -> int | None:
-    phys = g.phys(e)
-    if phys is None:
-        return None
+def _term_dims(p: Plan, g: Group, e: int) -> list[int]:
+    """The residual dims whose sum is the indicator [g == e] (a view element may stand for several)."""
     if g.root is CONST:
-        return p.const_dims[0]
-    return p.dims[id(g.root)][phys]
+        return [p.const_dims[0]] if g.phys_set(e) else []
+    return [p.dims[id(g.root)][x] for x in g.phys_set(e)]
+
+
+def _term_dim(p: Plan, g: Group, e: int) -> int | None:
+    """The one residual dim of [g == e] (None: never active)."""
+    ds = _term_dims(p, g, e)
+    if len(ds) > 1:
+        raise CircuitError(f"{g.name}: element {e} stands for several elements here, where one dim is needed")
+    return ds[0] if ds else None
 
 
 def _split(v: float) -> tuple[float, float]:
@@ -392,13 +398,11 @@ def _gate_units(p: Plan, mlp: _Mlp, gate: Gate, dims: list[int], scale: float = 
         terms: dict[int, float] = {}
         theta = float(u.theta)
         for g, e, w in u.terms:
-            d = _term_dim(p, g, e)
-            if d is None:
-                continue
-            if d == p.const_dims[0]:
-                theta -= w  # an always-active literal: a constant
-            else:
-                terms[d] = terms.get(d, 0.0) + w
+            for d in _term_dims(p, g, e):
+                if d == p.const_dims[0]:
+                    theta -= w  # an always-active literal: a constant
+                else:
+                    terms[d] = terms.get(d, 0.0) + w
         out: dict[int, float] = {}
         for e, cf in u.out:
             out[dims[e]] = out.get(dims[e], 0.0) + cf * scale
@@ -416,8 +420,7 @@ def _write_always(p: Plan, h: int, z: Coo, b: Coo) -> None:
 def _query(p: Plan, addr: Group, bank: range, h: int, qkv: Coo) -> None:
     """Read port query of head h: only this bank's address elements (other banks: zero query, output 0)."""
     for a in bank:
-        dq = _term_dim(p, addr, a)
-        if dq is not None:
+        for dq in _term_dims(p, addr, a):
             qkv.add(h * p.shape.head_dim + a - bank.start, dq, A_KEY)
 
 
@@ -428,12 +431,10 @@ def _write_key(p: Plan, op: MemOp, bank: range, h: int, qkv: Coo) -> None:
         return
     key0 = (p.shape.heads + h) * p.shape.head_dim
     for a in bank:
-        dk = _term_dim(p, op.write_addr, a)
-        if dk is not None:
+        for dk in _term_dims(p, op.write_addr, a):
             qkv.add(key0 + a - bank.start, dk, A_KEY)
     if op.writes_all_rows:
-        dk = _term_dim(p, op.write_addr, op.mem.rows + 1)
-        if dk is not None:
+        for dk in _term_dims(p, op.write_addr, op.mem.rows + 1):
             for ch in range(all_rows(len(bank))):
                 qkv.add(key0 + ch, dk, A_KEY)
 
@@ -443,18 +444,18 @@ def _row_values(p: Plan, op: MemOp, outputs: list[Group], h: int, qkv: Coo, out:
     from them to the port's output dims."""
     hd, K = p.shape.head_dim, p.shape.conv_kernel
     val0 = (2 * p.shape.heads + h) * hd
-    offsets = np.cumsum([0] + list(op.mem.fields))
-    for i, (g, d) in enumerate(zip(op.write_value, op.value_taps)):
-        for e in range(g.size):
-            ch = val0 + offsets[i] + e
-            dv = _term_dim(p, g, e)
-            if dv is not None:
-                qkv.add(ch, dv, L_VALUE)
-            conv[ch, :] = 0.0
-            conv[ch, K - 1 - d] = 1.0  # the value this token's residual had d tokens earlier
-            out.add(p.dims[id(outputs[i])][e], h * hd + offsets[i] + e, 1.0 / Z_GATE)
+    ch = 0
+    for i, size in enumerate(op.mem.fields):
+        for g, d in op.field_sources(i):      # one channel block per alternative source, summed on read
+            for e in range(size):             # element `size` of an alternative is 'absent': no channel
+                for dv in _term_dims(p, g, e):
+                    qkv.add(val0 + ch + e, dv, L_VALUE)
+                conv[val0 + ch + e, :] = 0.0
+                conv[val0 + ch + e, K - 1 - d] = 1.0  # the value this token's residual had d tokens earlier
+                out.add(p.dims[id(outputs[i])][e], h * hd + ch + e, 1.0 / Z_GATE)
+            ch += size
     for f in range(ROW_ACTIVE - len(op.mem.fields)):  # filler channels: constant-RMS rows
-        qkv.add(val0 + offsets[-1] + f, p.const_dims[0], L_VALUE)
+        qkv.add(val0 + ch + f, p.const_dims[0], L_VALUE)
 
 
 def _mem_heads(p: Plan, op: MemOp, first_head: int, qkv: Coo, z: Coo, b: Coo, out: Coo, conv: np.ndarray) -> int:

@@ -26,22 +26,34 @@ class CircuitError(QgpuError, ValueError):
 @dataclass(eq=False)
 class Group:
     """A one-hot feature group, or a view of one: element e of the view is element perm[e] of `base`
-    (None: an element that is never active)."""
+    (None: an element that is never active; a tuple: active when any of those elements is, which makes
+    linear decodes free, e.g. a one-hot value's bits or 'kind is one of these')."""
 
     name: str
     size: int
     base: "Group | None" = None
-    perm: tuple[int | None, ...] | None = None
+    perm: tuple[int | tuple[int, ...] | None, ...] | None = None
 
     @property
     def root(self) -> "Group":
         return self if self.base is None else self.base
 
     def phys(self, elem: int) -> int | None:
-        """The physical element of the root group that element `elem` of this view stands for."""
+        """The physical element of the root group that element `elem` of this view stands for (views whose
+        element stands for several use phys_set)."""
+        ps = self.phys_set(elem)
+        if len(ps) > 1:
+            raise CircuitError(f"group {self.name}: element {elem} stands for several elements of {self.root.name}")
+        return ps[0] if ps else None
+
+    def phys_set(self, elem: int) -> tuple[int, ...]:
+        """The physical elements of the root group that make element `elem` of this view active."""
         if not 0 <= elem < self.size:
             raise CircuitError(f"group {self.name}: element {elem} out of range 0..{self.size - 1}")
-        return elem if self.base is None else self.perm[elem]
+        if self.base is None:
+            return (elem,)
+        p = self.perm[elem]
+        return () if p is None else (p,) if isinstance(p, int) else p
 
     def __repr__(self) -> str:
         return f"Group({self.name}, {self.size})"
@@ -66,14 +78,12 @@ def weights_by_element(u: Unit) -> tuple[int, dict[int, tuple[int, dict[int, int
     out (phys None) are never active and carry no weight."""
     const, groups = 0, {}
     for g, e, w in u.terms:
-        phys = g.phys(e)
-        if phys is None:
-            continue
-        if g.root is CONST:
-            const += w
-            continue
-        _, ws = groups.setdefault(id(g.root), (g.root.size, {}))
-        ws[phys] = ws.get(phys, 0) + w
+        for phys in g.phys_set(e):
+            if g.root is CONST:
+                const += w
+                continue
+            _, ws = groups.setdefault(id(g.root), (g.root.size, {}))
+            ws[phys] = ws.get(phys, 0) + w
     return const, groups
 
 
@@ -122,10 +132,20 @@ class MemOp:
     read_addrs: list[Group]
     outputs: list[list[Group]] = field(default_factory=list)
     value_taps: tuple[int, ...] = ()
+    # more sources for some fields: (field, group, tap); a field with several sources has one channel
+    # block per source, and on every write exactly one of them is present (not its 'absent' element)
+    alternatives: tuple[tuple[int, "Group", int], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.value_taps:
             self.value_taps = (0,) * len(self.write_value)
+
+    def field_sources(self, i: int) -> list[tuple["Group", int]]:
+        """(group, tap) sources of write field i, the main one first."""
+        return [(self.write_value[i], self.value_taps[i])] + [(g, d) for j, g, d in self.alternatives if j == i]
+
+    def all_sources(self) -> list[tuple["Group", int]]:
+        return [src for i in range(len(self.write_value)) for src in self.field_sources(i)]
 
     @property
     def writes_all_rows(self) -> bool:
@@ -134,7 +154,8 @@ class MemOp:
 
     @property
     def inputs(self) -> list[Group]:
-        gs = ([self.write_addr] if self.write_addr is not None else []) + list(self.write_value) + list(self.read_addrs)
+        gs = ([self.write_addr] if self.write_addr is not None else []) + [g for g, _ in self.all_sources()] + \
+            list(self.read_addrs)
         return _distinct_roots(gs)
 
 
@@ -164,9 +185,36 @@ def const_word(value: int) -> Word:
     return [const_bit((value >> i) & 1) for i in range(32)]
 
 
-def view(g: Group, perm: tuple[int | None, ...], name: str | None = None) -> Group:
-    """A relabelled group: element e of the result is element perm[e] of g."""
-    return Group(name or f"{g.name}'", len(perm), g.root, tuple(g.phys(p) if p is not None else None for p in perm))
+def view(g: Group, perm: tuple, name: str | None = None) -> Group:
+    """A relabelled group: element e of the result is element perm[e] of g (None: never active; a tuple of
+    elements of g: active when any of them is; they must be distinct elements of the root)."""
+    out = []
+    for p in perm:
+        ps = () if p is None else (p,) if isinstance(p, int) else tuple(p)
+        phys = tuple(x for q in ps for x in g.phys_set(q))
+        if len(set(phys)) != len(phys):
+            raise CircuitError(f"view of {g.name}: an element stands for the same element twice")
+        out.append(None if not phys else phys[0] if len(phys) == 1 else phys)
+    used = [x for p in out if p is not None for x in ((p,) if isinstance(p, int) else p)]
+    if len(set(used)) != len(used):
+        raise CircuitError(f"view of {g.name}: two elements stand for the same element (the view would not be one-hot)")
+    return Group(name or f"{g.name}'", len(perm), g.root, tuple(out))
+
+
+def decode_view(g: Group, size: int, value_of, name: str | None = None) -> Group:
+    """A view of size `size` whose element v is active when g's element e has value_of(e) == v (None: no
+    value). One-hot -> any function of it, e.g. a bit of the index, for free."""
+    sets: list[list[int]] = [[] for _ in range(size)]
+    for e in range(g.size):
+        v = value_of(e)
+        if v is not None:
+            sets[v].append(e)
+    return view(g, tuple(tuple(s) if s else None for s in sets), name)
+
+
+def onehot_bits(g: Group, bits: int, name: str | None = None) -> Word:
+    """The binary digits of a one-hot group's element index, LSB first (views: free)."""
+    return [decode_view(g, 2, lambda e, i=i: (e >> i) & 1, f"{name or g.name}.b{i}") for i in range(bits)]
 
 
 def bit_not(b: Group) -> Group:
@@ -199,7 +247,7 @@ class Circuit:
         out = Group(name, size)
         for u in units:
             for g, e, _ in u.terms:
-                g.phys(e)  # range check
+                g.phys_set(e)  # range check
             for e, _ in u.out:
                 if not 0 <= e < size:
                     raise CircuitError(f"gate {name}: unit writes element {e} of a group of size {size}")
@@ -220,10 +268,14 @@ class Circuit:
         return m
 
     def access(self, mem: Memory, write_addr: Group | None, write_value: list[Group],
-               read_addrs: list[Group], value_taps: list[int] | None = None) -> list[list[Group]]:
+               read_addrs: list[Group], value_taps: list[int] | None = None,
+               alternatives: list[tuple[int, Group, int]] = ()) -> list[list[Group]]:
         """Schedule one access of `mem` (each memory is accessed by exactly one op per token).
 
-        value_taps: per write field, how many tokens back (0..MAX_TAP) its value is taken from (default 0)."""
+        value_taps: per write field, how many tokens back (0..MAX_TAP) its value is taken from (default 0).
+        alternatives: more (field, group, tap) sources of a field, e.g. one path for values assembled from
+        earlier tokens and one for values computed now; each source of such a field has the field's size
+        plus one 'absent' element, and exactly one source is present on every write."""
         if any(op.mem is mem for op in self.ops if isinstance(op, MemOp)):
             raise CircuitError(f"memory {mem.name} is accessed twice; give each memory one access op")
         taps = tuple(int(d) for d in value_taps) if value_taps is not None else (0,) * len(write_value)
@@ -234,13 +286,25 @@ class Circuit:
             if write_addr.size not in (mem.rows + 1, mem.rows + 2):
                 raise CircuitError(f"memory {mem.name}: write address needs size {mem.rows + 1} (last = none) or "
                                    f"{mem.rows + 2} (then last = all rows)")
-            if [g.size for g in write_value] != list(mem.fields):
+            multi = {i for i, _, _ in alternatives}
+            if len(write_value) != len(mem.fields) or any(
+                    g.size != f and not (i in multi and g.size == f + 1)
+                    for i, (g, f) in enumerate(zip(write_value, mem.fields))):
                 raise CircuitError(f"memory {mem.name}: write value sizes {[g.size for g in write_value]} "
                                    f"!= fields {list(mem.fields)}")
+            for i, g, d in alternatives:
+                if not 0 <= i < len(mem.fields) or g.size != mem.fields[i] + 1 or not 0 <= d <= MAX_TAP:
+                    raise CircuitError(f"memory {mem.name}: alternative source {g.name} for field {i} needs size "
+                                       f"field+1 (absent last) and a tap in 0..{MAX_TAP}")
+            channels = sum(f * (1 + sum(1 for j, _, _ in alternatives if j == i)) for i, f in enumerate(mem.fields))
+            if channels + ROW_ACTIVE - len(mem.fields) > ROW_CHANNELS:
+                raise CircuitError(f"memory {mem.name}: {channels} value channels (alternatives included) and "
+                                   f"{ROW_ACTIVE - len(mem.fields)} filler do not fit a {ROW_CHANNELS}-channel head")
         for a in read_addrs:
             if a.size != mem.rows:
                 raise CircuitError(f"memory {mem.name}: read address needs size {mem.rows}, got {a.size}")
-        op = MemOp(mem, write_addr, list(write_value), list(read_addrs), value_taps=taps)
+        op = MemOp(mem, write_addr, list(write_value), list(read_addrs), value_taps=taps,
+                   alternatives=tuple((int(i), g, int(d)) for i, g, d in alternatives))
         op.outputs = [[Group(f"{mem.name}.r{p}.{i}", s) for i, s in enumerate(mem.fields)]
                       for p in range(len(read_addrs))]
         self.ops.append(op)

@@ -25,9 +25,12 @@ def group_value(values: Values, g: Group, batch: int) -> np.ndarray:
     if g.base is None:
         return base
     out = np.full(batch, -1, dtype=np.int64)
-    for v, p in enumerate(g.perm):
-        if p is not None:
-            out[base == p] = v
+    for v in range(g.size):
+        ps = g.phys_set(v)
+        if len(ps) == 1:
+            out[base == ps[0]] = v
+        elif ps:
+            out[np.isin(base, ps)] = v
     return out
 
 
@@ -39,7 +42,7 @@ def _delayed_roots(circuit: Circuit) -> dict[int, Group]:
     roots: dict[int, Group] = {}
     for op in circuit.ops:
         if isinstance(op, MemOp) and op.write_addr is not None:
-            for g, d in zip(op.write_value, op.value_taps):
+            for g, d in op.all_sources():
                 if d and g.root is not CONST:
                     roots.setdefault(id(g.root), g.root)
     return roots
@@ -85,17 +88,31 @@ def _eval_gate(values: Values, gate: Gate, batch: int) -> np.ndarray:
 
 def _write_fields(values: Values, op: MemOp, state: dict, writes: np.ndarray, batch: int) -> np.ndarray:
     """The value written per case and field [batch, fields]; a field with tap d is its group's value d
-    tokens earlier. Raises if a case that writes reaches back before the sequence start."""
+    tokens earlier. A field with alternative sources takes the one that is present (not its 'absent'
+    element; a tap before the sequence start is absent too): exactly one must be, in every case that writes."""
     cols = []
-    for i, (g, d) in enumerate(zip(op.write_value, op.value_taps)):
-        if d == 0:
-            cols.append(group_value(values, g, batch))
-            continue
-        if state[SEEN] < d and writes.any():
-            raise CircuitError(f"memory {op.mem.name}: case {int(np.argmax(writes))} writes field {i} from {d} "
-                               f"tokens back, before the sequence start (only {state[SEEN]} tokens seen)")
-        past = {} if g.root is CONST else {id(g.root): state[HISTORY][id(g.root)][:, d - 1]}
-        cols.append(group_value(past, g, batch))
+    for i, size in enumerate(op.mem.fields):
+        col = np.full(batch, -1, dtype=np.int64)
+        present = np.zeros(batch, dtype=np.int64)
+        for g, d in op.field_sources(i):
+            if d == 0:
+                v = group_value(values, g, batch)
+            else:
+                past = {} if g.root is CONST else {id(g.root): state[HISTORY][id(g.root)][:, d - 1]}
+                v = group_value(past, g, batch) if state[SEEN] >= d or g.root is CONST else np.full(batch, -1)
+            here = (v >= 0) & (v < size)
+            col[here] = v[here]
+            present += here
+        bad = writes & (present != 1)
+        if bad.any():
+            k = int(np.argmax(bad))
+            early = [d for _, d in op.field_sources(i) if d > state[SEEN]]
+            if early and not present[k]:
+                raise CircuitError(f"memory {op.mem.name}: case {k} writes field {i} from {early[0]} tokens back, "
+                                   f"before the sequence start (only {state[SEEN]} tokens seen)")
+            raise CircuitError(f"memory {op.mem.name}: case {k} writes field {i} with {int(present[k])} of its "
+                               f"sources present (needs exactly 1)")
+        cols.append(col)
     return np.stack(cols, axis=1)
 
 
