@@ -35,7 +35,7 @@ def _random_block(rng, fmt: CoreFormat) -> Block:
     mem = None if kind == 0 else Instr("LD", rd=int(rng.choice(regs)), ra=int(rng.choice(pool)), imm=8) if kind == 1 \
         else Instr("ST", ra=int(rng.choice(pool)), rb=int(rng.choice(pool)), imm=-4)
     post = [alu(fmt.pre + j) for j in range(int(rng.integers(0, fmt.post + 1)))]
-    return Block(pre, mem, post, Term("BR", int(rng.choice(pool)), 1, 2))
+    return Block(pre, mem, post, Term("BR", int(rng.choice(pool)), 1, 2), live_out=0x7FFF)
 
 
 def _reference(block: Block, regs: list[int], specials: list[int], loaded: int) -> tuple[list[int], int, int, int]:
@@ -113,6 +113,12 @@ def test_random_blocks_match_the_interpreter_semantics() -> None:
         if b.mem is not None:
             assert addr[i] == want_addr and (b.mem.op != "ST" or data[i] == want_data), f"case {i}"
         assert cond[i] == (want_cond != 0), f"case {i}"
+
+
+def test_writeback_lists_only_live_out_registers() -> None:
+    b = Block([Instr("ADD", 1, 2, imm=1, bimm=True), Instr("ADD", 3, 1, imm=2, bimm=True)],
+              mem=Instr("LD", 4, 3), live_out=(1 << 3) | (1 << 4))
+    assert encode_block(b, FMT).writeback == [(3, "s1"), (4, "ld")]
 
 
 def test_encode_errors_name_the_block() -> None:

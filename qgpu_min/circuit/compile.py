@@ -484,6 +484,18 @@ def _const_head(p: Plan, h: int, delta: tuple[int, ...], qkv: Coo, z: Coo, b: Co
         out.add(d, h * hd, v / Z_GATE)
 
 
+def memory_heads(p: Plan) -> dict[int, tuple[int, int]]:
+    """id(memory op) -> (layer, first head): heads go to a layer's memory ops in plan order, each op taking
+    ports x banks heads (mem_heads), port-major; the constant head, if any, comes after them."""
+    out, next_head = {}, {}
+    for op in p.ops:
+        if isinstance(op, MemOp):
+            L = p.layer_of[id(op)]
+            out[id(op)] = (L, next_head.get(L, 0))
+            next_head[L] = next_head.get(L, 0) + mem_heads(op)
+    return out
+
+
 def emit(p: Plan, out_code: OutputCode | None = None) -> list[LayerWeights]:
     """The weights of every circuit layer. With out_code, the last MLP also writes the output code: gates
     that produce an output group there write it straight onto the code dims at the code amplitude, other
@@ -500,16 +512,17 @@ def emit(p: Plan, out_code: OutputCode | None = None) -> list[LayerWeights]:
                                    "must have the same size")
             code_dims[id(og)] = ([_term_dim(p, ig, e) for e in range(ig.size)], out_code.amplitude)
     layers = []
+    heads = memory_heads(p)
     for L in range(p.n_layers):
         qkv, z, b, a, out = Coo((conv_dim, H)), Coo((nh * hd, H)), Coo((nh, H)), Coo((nh, H)), Coo((H, nh * hd))
         mlp = _Mlp(p)
         conv = np.zeros((conv_dim, s.conv_kernel), np.float32)
         conv[:, -1] = 1.0  # current token only, except delayed write fields (_row_values)
-        # attention: memory ops, then the constant head for the ballast change
+        # attention: memory ops (heads as memory_heads assigns them), then the constant head
         head = 0
         for op in p.ops:
             if isinstance(op, MemOp) and p.layer_of[id(op)] == L:
-                head += _mem_heads(p, op, head, qkv, z, b, out, conv)
+                head += _mem_heads(p, op, heads[id(op)][1], qkv, z, b, out, conv)
         before, after = ballast_at(p, 2 * L - 1), ballast_at(p, 2 * L)
         if before != after:
             _const_head(p, head, tuple(x - y for x, y in zip(after, before)), qkv, z, b, out)

@@ -237,10 +237,17 @@ def _shift_second(y: Word, a31: Group, amt: Word, big: Group, kind: str, i: int)
     return minterms
 
 
+def onehot_of_bits(c: Circuit, bits: list[Group], size: int, name: str) -> Group:
+    """The value of `bits` (LSB first) as a one-hot group of `size` elements (1 MLP layer, size-1 AND
+    units). Values >= size leave the default element 0 active, so the gate is one-hot on every input."""
+    units = [and_unit([(b, (k >> i) & 1) for i, b in enumerate(bits)], ((k, 1), (0, -1)))
+             for k in range(1, min(size, 1 << len(bits)))]
+    return c.gate(name, size, 0, units)
+
+
 def _amount_onehot(c: Circuit, amt: Word, name: str) -> Group:
     """amt mod 32 as a one-hot group (1 MLP layer, 31 units, 32 dims)."""
-    units = [and_unit([(amt[i], (k >> i) & 1) for i in range(5)], ((k, 1), (0, -1))) for k in range(1, 32)]
-    return c.gate(f"{name}.amt", 32, 0, units)
+    return onehot_of_bits(c, amt[:5], 32, f"{name}.amt")
 
 
 def _onehot_shift_minterms(a: Word, oh: Group, big: Group, kind: str, i: int) -> list[list[tuple[Group, int]]]:

@@ -14,8 +14,8 @@ from qgpu_min.model.config import TextConfig
 from qgpu_min.model.forward import Model
 from qgpu_min.model.weights import Weights
 
-from .compile import BaseShape, LayerWeights, Plan, ballast_at, runtime_layer
-from .ir import CircuitError, Group
+from .compile import BaseShape, LayerWeights, Plan, ballast_at, banks, memory_heads, runtime_layer
+from .ir import CircuitError, Group, MemOp
 from .sim import group_value
 
 
@@ -74,4 +74,39 @@ def read_groups(p: Plan, hidden: np.ndarray, groups: list[Group], tol: float = 1
             i = int(np.argmax(bad))
             raise CircuitError(f"group {g.name} is not exact on case {i}: {vals[i].tolist()}")
         out[:, j] = idx
+    return out
+
+
+def memory_rows(p: Plan, op: MemOp, recurrent: dict, rows: range | None = None, tol: float = 1e-3) -> np.ndarray:
+    """The element of every field of the memory's rows [rows, fields], read straight from the compiled
+    model's DeltaNet state (recurrent[layer]: (heads, key channels, value channels)), port 0's heads.
+
+    A row's value channels hold its fields' active elements at one common positive value (the row's
+    scale) and zeros elsewhere; a field with several sources sums its channel blocks. Raises unless every
+    row is exactly such a code (within tol, relative): a state that is not is not a result."""
+    layer, head = memory_heads(p)[id(op)]
+    S = recurrent[layer]
+    rows = range(op.mem.rows) if rows is None else rows
+    out = np.zeros((len(rows), len(op.mem.fields)), np.int64)
+    for bank_i, bank in enumerate(banks(op)):
+        for r in rows:
+            if r not in bank:
+                continue
+            v = S[head + bank_i, r - bank.start].astype(np.float64)
+            scale = v.max()
+            ch = 0
+            vals = []
+            for i, size in enumerate(op.mem.fields):
+                f = np.zeros(size)
+                for _ in op.field_sources(i):
+                    f += v[ch:ch + size]
+                    ch += size
+                vals.append(f)
+            for i, f in enumerate(vals):
+                e = int(f.argmax())
+                rest = np.delete(f, e)
+                if scale <= 0 or abs(f[e] / scale - 1) > tol or (np.abs(rest) > tol * scale).any():
+                    raise CircuitError(f"memory {op.mem.name} row {r} field {i} is not an exact code in the state: "
+                                       f"{(f / scale if scale > 0 else f).tolist()}")
+                out[rows.index(r), i] = e
     return out

@@ -3,7 +3,7 @@
 The machine names operands by register; the datapath names them by source (datapath.py). Walking the
 block's slots in order, a register operand becomes the latest earlier slot (or the load) that wrote
 it, else one of the block's register read ports. The result also lists the write-back: every register
-the block writes whose value must leave the block, with the source of its final value.
+the block writes that is live after it, with the source of its final value.
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ class BlockCode:
     term: str = "EXIT"
     taken: int = 0
     not_taken: int = 0
-    writeback: list[tuple[int, str]] = field(default_factory=list)   # (register, source), register order
+    writeback: list[tuple[int, str]] = field(default_factory=list)   # live-out (register, source), register order
 
     def index(self, fmt: CoreFormat, slot: int | str, operand: str) -> int:
         """The one-hot element of a source field."""
@@ -87,7 +87,8 @@ def encode_block(block: Block, fmt: CoreFormat, where: str = "block") -> BlockCo
     code.term, code.taken, code.not_taken = t.kind, t.taken, t.not_taken
     if t.kind == "BR":
         code.cond = src.of(t.ra)
-    code.writeback = sorted(src.writer.items())
+    # only values a later block reads leave the block (each costs write-back tokens)
+    code.writeback = sorted((r, s) for r, s in src.writer.items() if block.live_out >> r & 1)
     code.reads = src.reads + [0] * (fmt.reads - len(src.reads))
     return code
 

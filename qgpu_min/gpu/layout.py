@@ -1,0 +1,76 @@
+"""The GPU's fixed parameters, token kinds and ROM row layouts: the one place both the circuit
+(core.py) and the host's encoder (program.py) take them from."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .datapath import CoreFormat
+
+# Token kinds. Prompt: init (the first token: initialises every memory), pay (12 payload bits),
+# rom / mem (write the word assembled from the three preceding pay tokens into a ROM row / a memory
+# word), launch (the launch shape), go (end of the prompt: the model answers with the first EXEC).
+# Generated: exec (run a block for one lane), wa / wb / w3 (a register write-back: bits 0-11, 12-23,
+# 24-31; the w3 token writes the register), halt, fault (a memory access outside memory or misaligned).
+KINDS = ("init", "pay", "rom", "mem", "launch", "go", "exec", "wa", "wb", "w3", "halt", "fault")
+PAY_BITS = 12
+
+
+def bits_for(n: int) -> int:
+    """Bits of a field that holds 0..n-1 (at least 1)."""
+    return max(1, (n - 1).bit_length())
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    fmt: CoreFormat = field(default_factory=CoreFormat)
+    blocks: int = 32          # ROM blocks
+    mem_words: int = 128      # data memory words
+    lanes: int = 4
+    regs: int = 16            # per lane, r15 reads zero
+
+    @property
+    def wb_entries(self) -> int:
+        """Registers a block can write back: one per ALU slot and the load."""
+        return self.fmt.slots + 1
+
+    @property
+    def wb_sources(self) -> tuple[str, ...]:
+        return tuple(f"s{k}" for k in range(self.fmt.slots)) + ("ld",)
+
+
+MEM_KINDS = ("none", "LD", "ST")
+TERM_KINDS = ("JMP", "BR", "BAR", "EXIT")
+
+
+def rom_rows(spec: GpuSpec) -> dict[str, list[tuple[str, int]]]:
+    """ROM row name -> its fields (name, bits), packed from bit 0 up; every row is one 32-bit word."""
+    f = spec.fmt
+    rows: dict[str, list[tuple[str, int]]] = {}
+    for k in range(f.slots):
+        rows[f"slot{k}"] = [("op", bits_for(len(f.alu_names(k)))), ("a", bits_for(len(f.sources(k, "a")))),
+                            ("b", bits_for(len(f.sources(k, "b")))), ("c", bits_for(len(f.sources(k, "c")))),
+                            ("sp", bits_for(f.specials))]
+        rows[f"imm{k}"] = [("imm", 32)]
+    rows["memimm"] = [("imm", 32)]
+    rows["ctl"] = [("mem", bits_for(len(MEM_KINDS))), ("mema", bits_for(len(f.sources("mem", "a")))),
+                   ("memd", bits_for(len(f.sources("mem", "b")))), ("cond", bits_for(len(f.sources("cond", "c")))),
+                   ("term", bits_for(len(TERM_KINDS))), ("taken", bits_for(spec.blocks)),
+                   ("not_taken", bits_for(spec.blocks))]
+    rows["reads"] = [(f"r{i}", bits_for(spec.regs)) for i in range(f.reads)]
+    rows["wbreg"] = [(f"reg{e}", bits_for(spec.regs)) for e in range(spec.wb_entries)]
+    rows["wbsrc"] = [("count", bits_for(spec.wb_entries + 1))] + \
+        [(f"src{e}", bits_for(len(spec.wb_sources))) for e in range(spec.wb_entries)]
+    for name, fields in rows.items():
+        used = sum(b for _, b in fields)
+        if used > 32:
+            raise AssertionError(f"ROM row {name} needs {used} bits")
+    return rows
+
+
+def field_offsets(fields: list[tuple[str, int]]) -> dict[str, tuple[int, int]]:
+    """field name -> (first bit, bits)."""
+    out, pos = {}, 0
+    for name, bits in fields:
+        out[name] = (pos, bits)
+        pos += bits
+    return out

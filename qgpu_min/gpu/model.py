@@ -1,0 +1,89 @@
+"""The GPU compiled into Qwen3.5 layers (the circuit-only model) and a launch run through it.
+
+The model's own forward pass (qgpu_min.model.forward) runs every token; the next token is the argmax of
+its logits over the GPU vocabulary (the tied embedding). The host feeds back exactly that token and
+stops at HALT or FAULT; the launch's words are then decoded from the data memory's rows in the DeltaNet
+state (circuit.run.memory_rows). Nothing here computes a result.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..circuit.compile import BaseShape, Plan, check_exact_weights, emit, plan
+from ..circuit.ir import MemOp
+from ..circuit.margin import static_check
+from ..circuit.run import circuit_model, embedding_rows, memory_rows
+from ..model.forward import Model
+from .core import GpuCircuit, build
+from .layout import GpuSpec
+from .program import GpuLaunchError
+from .vocab import Token, Vocab, token_name
+
+
+@dataclass
+class CompiledGpu:
+    gc: GpuCircuit
+    vocab: Vocab
+    plan: Plan
+    layers: list
+    embed: np.ndarray          # f32 [V, hidden], one row per token of the vocabulary
+    models: dict = field(default_factory=dict)   # mode -> Model
+
+    def model(self, mode: str = "fp32") -> Model:
+        if mode not in self.models:
+            self.models[mode] = circuit_model(self.layers, self.plan.shape, self.embed, mode)
+        return self.models[mode]
+
+    @property
+    def data_op(self) -> MemOp:
+        return next(op for op in self.plan.ops if isinstance(op, MemOp) and op.mem is self.gc.data_memory)
+
+
+def compile_gpu(spec: GpuSpec = GpuSpec(), shape: BaseShape = BaseShape()) -> CompiledGpu:
+    """Build, plan, check and emit the GPU; the embedding rows of its whole vocabulary."""
+    gc = build(spec)
+    vocab = Vocab(gc)
+    p = plan(gc.circuit, shape)
+    report = static_check(p)
+    if not report.ok:
+        raise GpuLaunchError(f"the GPU circuit fails its static check: {report.problems[:3]}")
+    layers = emit(p, gc.out_code)
+    check_exact_weights(layers)
+    return CompiledGpu(gc, vocab, p, layers, embedding_rows(p, vocab.table))
+
+
+@dataclass
+class ModelRun:
+    prompt: list[Token]
+    generated: list[Token]
+    memory: list[int]          # the data memory's words, decoded from the state
+
+
+def run_launch(cg: CompiledGpu, prompt: list[Token], mode: str = "fp32", max_generated: int = 100000,
+               trace=None) -> ModelRun:
+    """Prefill the prompt, then decode: each step feeds back the argmax token. trace(i, token) is called
+    for every generated token."""
+    model = cg.model(mode)
+    vocab = cg.vocab
+    state = model.new_state()
+    logits = model.prefill(state, [vocab.id(t) for t in prompt])
+    generated: list[Token] = []
+    while True:
+        t = vocab.tokens[int(np.argmax(logits))]
+        generated.append(t)
+        if trace is not None:
+            trace(len(generated) - 1, t)
+        if t[0] in ("halt", "fault"):
+            break
+        if t[0] not in ("exec", "wa", "wb", "w3"):
+            raise GpuLaunchError(f"generated token {len(generated) - 1} is {token_name(t)}, which the protocol does "
+                                 f"not allow during a launch (tokens so far: "
+                                 f"{' '.join(token_name(x) for x in generated[-8:])})")
+        if len(generated) >= max_generated:
+            raise GpuLaunchError(f"the launch did not halt within {max_generated} generated tokens")
+        logits = model.decode(state, vocab.id(t))
+    rows = memory_rows(cg.plan, cg.data_op, state.recurrent)
+    words = [int(sum(int(b) << i for i, b in enumerate(r))) for r in rows]
+    return ModelRun(prompt, generated, words)

@@ -1,0 +1,100 @@
+"""The host's side of a launch on the GPU: the lowering format, the ROM image, the prompt tokens.
+
+All of this is tokenization (an assembler's work): the program's blocks become ROM words, the launch's
+memory image becomes data words, and each word travels as three 12-bit payload tokens followed by the
+token that names where it goes. Nothing here executes the program.
+"""
+from __future__ import annotations
+
+from ..errors import QgpuError
+from ..machine.isa import BlockFormat, CapacityError, Program
+from .datapath import ALL_ALU_OPCODES
+from .encode import BlockCode, encode_block
+from .layout import MEM_KINDS, PAY_BITS, TERM_KINDS, GpuSpec, field_offsets, rom_rows
+from .vocab import Token
+
+
+class GpuLaunchError(QgpuError):
+    """A kernel or launch the GPU in the weights cannot run (over one of its limits, or not supported)."""
+
+
+def block_format(spec: GpuSpec) -> BlockFormat:
+    """The lowering's target format for this GPU: its slots, read ports and memory ops."""
+    f = spec.fmt
+    pre = tuple(frozenset(f.opcodes(k)) for k in range(f.pre))
+    post = tuple(frozenset(f.opcodes(k)) for k in range(f.pre, f.slots))
+    return BlockFormat(f.pre, f.post, pre, post, f.reads, frozenset({"LD", "ST"}))
+
+
+def _pack(fields: list[tuple[str, int]], values: dict[str, int]) -> int:
+    word = 0
+    for name, (lo, bits) in field_offsets(fields).items():
+        v = values.get(name, 0)
+        if not 0 <= v < 1 << bits:
+            raise GpuLaunchError(f"ROM field {name}={v} does not fit {bits} bits")
+        word |= v << lo
+    return word
+
+
+def _rom_values(code: BlockCode, spec: GpuSpec) -> dict[str, dict[str, int]]:
+    f = spec.fmt
+    out: dict[str, dict[str, int]] = {}
+    for k, s in enumerate(code.slots):
+        out[f"slot{k}"] = {"op": s.op, "a": code.index(f, k, "a"), "b": code.index(f, k, "b"),
+                           "c": code.index(f, k, "c"), "sp": s.special}
+        out[f"imm{k}"] = {"imm": s.imm}
+    out["memimm"] = {"imm": code.mem_imm}
+    out["ctl"] = {"mem": MEM_KINDS.index(code.mem_op or "none"), "mema": code.index(f, "mem", "a"),
+                  "memd": code.index(f, "mem", "b"), "cond": code.index(f, "cond", "c"),
+                  "term": TERM_KINDS.index(code.term), "taken": code.taken, "not_taken": code.not_taken}
+    out["reads"] = {f"r{i}": r for i, r in enumerate(code.reads)}
+    out["wbreg"] = {f"reg{e}": r for e, (r, _) in enumerate(code.writeback)}
+    out["wbsrc"] = {"count": len(code.writeback)}
+    out["wbsrc"].update({f"src{e}": spec.wb_sources.index(s) for e, (_, s) in enumerate(code.writeback)})
+    return out
+
+
+def rom_image(program: Program, spec: GpuSpec) -> dict[str, list[int]]:
+    """ROM row name -> the 32-bit word of every block."""
+    if len(program.blocks) > spec.blocks:
+        raise CapacityError(f"program needs {len(program.blocks)} blocks; the GPU's ROM holds {spec.blocks} "
+                            f"(over by {len(program.blocks) - spec.blocks})")
+    rows = rom_rows(spec)
+    image = {name: [0] * len(program.blocks) for name in rows}
+    for b, blk in enumerate(program.blocks):
+        values = _rom_values(encode_block(blk, spec.fmt, f"block B{b}"), spec)
+        for name, fields in rows.items():
+            image[name][b] = _pack(fields, values.get(name, {}))
+    return image
+
+
+def _word_tokens(word: int) -> list[Token]:
+    m = (1 << PAY_BITS) - 1
+    return [("pay", word & m), ("pay", (word >> PAY_BITS) & m), ("pay", (word >> 2 * PAY_BITS) & m)]
+
+
+def prompt(program: Program, memory: list[int], threads: int, spec: GpuSpec) -> list[Token]:
+    """init, the ROM (nonzero words only: init clears every row), the memory image (nonzero words
+    within the GPU's memory), the launch shape, go."""
+    toks: list[Token] = [("init",)]
+    for m, (name, words) in enumerate(rom_image(program, spec).items()):
+        for b, w in enumerate(words):
+            if w:
+                toks += _word_tokens(w) + [("rom", m, b)]
+    for a, w in enumerate(memory):
+        if w and a < spec.mem_words:
+            toks += _word_tokens(w) + [("mem", a)]
+        elif w:
+            raise CapacityError(f"memory word {a} is in use; the GPU has {spec.mem_words} words")
+    if not 1 <= threads <= spec.lanes:
+        raise CapacityError(f"the GPU runs one warp of 1..{spec.lanes} threads, the launch has {threads}")
+    return toks + [("launch", threads), ("go",)]
+
+
+def check_supported(program: Program, spec: GpuSpec) -> None:
+    """Refuse a program the GPU cannot run, before anything is sent (every block must encode)."""
+    for b, blk in enumerate(program.blocks):
+        for ins in blk.pre + blk.post:
+            if ins.op not in ALL_ALU_OPCODES and ins.op != "NOP":
+                raise GpuLaunchError(f"block B{b}: {ins.op} is not executed by the GPU in the weights yet")
+    rom_image(program, spec)

@@ -1,0 +1,112 @@
+"""The GPU's token vocabulary: every token, its embedding fields, its output code, and its name.
+
+A token is a tuple: ("init",), ("pay", v), ("rom", m, b), ("mem", a), ("launch", n), ("go",),
+("exec", b, l), ("wa", v), ("wb", v), ("w3", e, v), ("halt",), ("fault",). Its embedding sets every
+input group of the circuit (core.build): the fields it carries, defaults elsewhere; its code groups say
+which token it is, so the circuit's output code picks it by argmax.
+"""
+from __future__ import annotations
+
+from functools import cached_property
+
+import numpy as np
+
+from .core import ABSENT, GpuCircuit
+from .layout import KINDS, PAY_BITS, GpuSpec, rom_rows
+
+Token = tuple
+
+
+def all_tokens(spec: GpuSpec) -> list[Token]:
+    n_rom = len(rom_rows(spec))
+    toks: list[Token] = [("init",)]
+    toks += [("pay", v) for v in range(1 << PAY_BITS)]
+    toks += [("rom", m, b) for m in range(n_rom) for b in range(spec.blocks)]
+    toks += [("mem", a) for a in range(spec.mem_words)]
+    toks += [("launch", n) for n in range(1, spec.lanes + 1)]
+    toks += [("go",)]
+    toks += [("exec", b, l) for b in range(spec.blocks) for l in range(spec.lanes)]
+    toks += [("wa", v) for v in range(1 << PAY_BITS)] + [("wb", v) for v in range(1 << PAY_BITS)]
+    toks += [("w3", e, v) for e in range(spec.wb_entries) for v in range(256)]
+    toks += [("halt",), ("fault",)]
+    return toks
+
+
+def token_name(t: Token) -> str:
+    kind = t[0]
+    if kind == "exec":
+        return f"EXEC b={t[1]} l={t[2]}"
+    if kind == "w3":
+        return f"W3 e={t[1]} v={t[2]}"
+    if kind == "rom":
+        return f"ROM m={t[1]} b={t[2]}"
+    if len(t) == 2:
+        return f"{kind.upper()} {t[1]}"
+    return kind.upper()
+
+
+def _bits(v: int, n: int = PAY_BITS) -> list[int]:
+    return [(v >> i) & 1 for i in range(n)]
+
+
+class Vocab:
+    """Token <-> id, and the circuit input values of every token (arrays over the vocabulary)."""
+
+    def __init__(self, gc: GpuCircuit) -> None:
+        self.gc = gc
+        self.spec = gc.spec
+        self.tokens = all_tokens(gc.spec)
+        self.ids = {t: i for i, t in enumerate(self.tokens)}
+
+    def id(self, t: Token) -> int:
+        try:
+            return self.ids[t]
+        except KeyError:
+            raise ValueError(f"no GPU token {t!r}") from None
+
+    def fields(self, t: Token) -> dict:
+        """{input group: element} for one token."""
+        spec, inp, code = self.spec, self.gc.inputs, self.gc.codes
+        n_rom = len(rom_rows(spec))
+        kind = t[0]
+        f = {inp["kind"]: KINDS.index(kind), inp["x_b"]: 0, inp["x_l"]: 0, inp["x_e"]: 0,
+             inp["x_rom"]: n_rom * spec.blocks, inp["x_mem"]: spec.mem_words, inp["x_n"]: 0,
+             code["kind"]: KINDS.index(kind), code["b"]: 0, code["l"]: 0, code["e"]: 0}
+        pay, wpay, cpay = [ABSENT] * PAY_BITS, [ABSENT] * PAY_BITS, [0] * PAY_BITS
+        if kind == "init":
+            f[inp["x_rom"]] = n_rom * spec.blocks + 1
+        elif kind == "pay":
+            pay = _bits(t[1])
+        elif kind == "rom":
+            f[inp["x_rom"]] = t[1] * spec.blocks + t[2]
+        elif kind == "mem":
+            f[inp["x_mem"]] = t[1]
+        elif kind == "launch":
+            f[inp["x_n"]] = t[1]
+        elif kind == "exec":
+            f[inp["x_b"]] = f[code["b"]] = t[1]
+            f[inp["x_l"]] = f[code["l"]] = t[2]
+        elif kind in ("wa", "wb"):
+            wpay = cpay = _bits(t[1])
+        elif kind == "w3":
+            f[inp["x_e"]] = f[code["e"]] = t[1]
+            wpay = cpay = _bits(t[2])
+        for i in range(PAY_BITS):
+            f[inp["pay"][i]], f[inp["wpay"][i]], f[code["pay"][i]] = pay[i], wpay[i], cpay[i]
+        return f
+
+    @cached_property
+    def table(self) -> dict:
+        """{input group: int array over the vocabulary}: the embedding fields of every token."""
+        rows = [self.fields(t) for t in self.tokens]
+        return {g: np.array([r[g] for r in rows], np.int64) for g in rows[0]}
+
+    def of_code(self, code: dict) -> Token:
+        """The token whose code is `code` ({'kind', 'b', 'l', 'e', 'pay' (list)} element values)."""
+        kind = KINDS[code["kind"]]
+        v = sum(b << i for i, b in enumerate(code["pay"]))
+        t = {"exec": ("exec", code["b"], code["l"]), "wa": ("wa", v), "wb": ("wb", v),
+             "w3": ("w3", code["e"], v)}.get(kind, (kind,))
+        if t not in self.ids:
+            raise ValueError(f"the circuit produced code {code}, which names no token")
+        return t
