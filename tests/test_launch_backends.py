@@ -60,7 +60,7 @@ def test_unknown_and_unbuilt_backends():
     k = add_n_kernel()
     with pytest.raises(LaunchError, match=r"unknown backend 'gpu'; choose one of interp, circuit, model"):
         launch(k, [[1], 2], backend="gpu")
-    for name in ("circuit", "model"):
+    for name in ("model",):
         with pytest.raises(LaunchError, match=rf"backend '{name}' is not built yet; use backend='interp'"):
             launch(k, [[1], 2], backend=name)
 

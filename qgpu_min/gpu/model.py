@@ -54,6 +54,14 @@ def compile_gpu(spec: GpuSpec = GpuSpec(), shape: BaseShape = BaseShape()) -> Co
     return CompiledGpu(gc, vocab, p, layers, embedding_rows(p, vocab.table))
 
 
+class TooManyTokens(GpuLaunchError):
+    """The model kept generating past the token limit; block and lane of its last EXEC."""
+
+    def __init__(self, message: str, block: int, lane: int) -> None:
+        super().__init__(message)
+        self.block, self.lane = block, lane
+
+
 @dataclass
 class ModelRun:
     prompt: list[Token]
@@ -62,9 +70,9 @@ class ModelRun:
 
 
 def run_launch(cg: CompiledGpu, prompt: list[Token], mode: str = "fp32", max_generated: int = 100000,
-               trace=None) -> ModelRun:
-    """Prefill the prompt, then decode: each step feeds back the argmax token. trace(i, token) is called
-    for every generated token."""
+               on_token=None) -> ModelRun:
+    """Prefill the prompt, then decode: each step feeds back the argmax token. on_token(i, token, state) is
+    called for every generated token as it is chosen (the state is after the tokens before it)."""
     model = cg.model(mode)
     vocab = cg.vocab
     state = model.new_state()
@@ -73,8 +81,8 @@ def run_launch(cg: CompiledGpu, prompt: list[Token], mode: str = "fp32", max_gen
     while True:
         t = vocab.tokens[int(np.argmax(logits))]
         generated.append(t)
-        if trace is not None:
-            trace(len(generated) - 1, t)
+        if on_token is not None:
+            on_token(len(generated) - 1, t, state)
         if t[0] in ("halt", "fault"):
             break
         if t[0] not in ("exec", "wa", "wb", "w3"):
@@ -82,7 +90,8 @@ def run_launch(cg: CompiledGpu, prompt: list[Token], mode: str = "fp32", max_gen
                                  f"not allow during a launch (tokens so far: "
                                  f"{' '.join(token_name(x) for x in generated[-8:])})")
         if len(generated) >= max_generated:
-            raise GpuLaunchError(f"the launch did not halt within {max_generated} generated tokens")
+            last = next((x for x in reversed(generated) if x[0] == "exec"), ("exec", 0, 0))
+            raise TooManyTokens(f"the launch did not halt within {max_generated} generated tokens", last[1], last[2])
         logits = model.decode(state, vocab.id(t))
     rows = memory_rows(cg.plan, cg.data_op, state.recurrent)
     words = [int(sum(int(b) << i for i, b in enumerate(r))) for r in rows]

@@ -44,7 +44,7 @@ class BackendFn(Protocol):
 # name -> 'module:function'. A new backend is one line here; launch() does not change.
 BACKENDS: dict[str, str] = {
     "interp": "qgpu_min.host.backend_interp:run_launch",
-    "circuit": "qgpu_min.host.backend:circuit_not_built",
+    "circuit": "qgpu_min.gpu.backend:run_launch",
     "model": "qgpu_min.host.backend:model_not_built",
 }
 
@@ -65,5 +65,4 @@ def _not_built(name: str) -> BackendFn:
     return run_launch
 
 
-circuit_not_built = _not_built("circuit")
 model_not_built = _not_built("model")

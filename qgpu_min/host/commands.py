@@ -19,7 +19,8 @@ from ..machine.isa import DEFAULT_STEP_LIMIT, MAX_THREADS_PER_CTA
 from .args import bind_args, default_block, parse_dim, parse_value
 
 BACKENDS = ("interp", "model", "circuit")
-# The circuit backend (DESIGN §1's default) does not exist yet; until it does, runs use the interpreter.
+# The circuit backend (DESIGN §1's default) runs a subset of kernels so far (docs/gpu.md); until it runs
+# them all, runs use the interpreter unless asked.
 DEFAULT_BACKEND = "interp"
 
 SOURCE = click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
@@ -52,6 +53,19 @@ def _warn(warnings: list[str]) -> None:
         click.echo(f"warning: {w}", err=True)
 
 
+def _model_options(backend: str, mode: str | None, check: bool, trace: bool) -> dict:
+    """The options of the GPU backends; given to the interpreter they are a usage error."""
+    if backend == "interp":
+        given = [name for name, on in (("--mode", mode), ("--check", check), ("--trace", trace)) if on]
+        if given:
+            raise click.UsageError(f"{', '.join(given)} apply to --backend circuit or model, not interp")
+        return {}
+    out = {"mode": mode or "fp32", "check": check}
+    if trace:
+        out["trace"] = lambda name: click.echo(name)
+    return out
+
+
 def _ints(values) -> list[int]:
     return [int(v) for v in values]
 
@@ -67,16 +81,22 @@ def _ints(values) -> list[int]:
               help=f"Threads per CTA (at most {MAX_THREADS_PER_CTA}). Default: one thread per element of the "
                    f"largest array argument, at most {MAX_THREADS_PER_CTA}.")
 @click.option("--backend", type=click.Choice(BACKENDS), default=DEFAULT_BACKEND, show_default=True,
-              help="interp: the reference interpreter. model / circuit: the GPU in the model's weights "
-                   "(not built yet, so interp is the default for now).")
+              help="interp: the reference interpreter. circuit: the GPU compiled into Qwen3.5 layers (no base "
+                   "model; compiled on first use). model: the merged checkpoint (not built yet).")
+@click.option("--mode", type=click.Choice(["fp32", "bf16"]), help="circuit/model: activations in fp32 "
+              "(default) or rounded to bf16 after every op, as torch does.")
+@click.option("--check", is_flag=True, help="circuit/model: replay on the interpreter and compare every "
+              "generated token, register and memory word; the first difference is an error.")
+@click.option("--trace", is_flag=True, help="circuit/model: print the launch's generated tokens, one per line "
+              "(with --json: a 'trace' object with the token ids and names).")
 @COMPILER
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of `name = [..]` lines.")
 @click.option("--step-limit", type=click.IntRange(min=1), metavar="N",
               help=f"Stop with an error after N warp steps (default {DEFAULT_STEP_LIMIT}).")
 @_user_errors
 def run(source: Path, arg_texts: tuple[str, ...], kernel: str | None, grid: tuple[int, int],
-        block: tuple[int, int] | None, backend: str, compiler: str | None, as_json: bool,
-        step_limit: int | None) -> None:
+        block: tuple[int, int] | None, backend: str, mode: str | None, check: bool, trace: bool,
+        compiler: str | None, as_json: bool, step_limit: int | None) -> None:
     """Compile a CUDA kernel (.cu or .ptx) and launch it on the machine.
 
     \b
@@ -92,7 +112,8 @@ def run(source: Path, arg_texts: tuple[str, ...], kernel: str | None, grid: tupl
     _warn(compiled.warnings)
     args = bind_args(values, compiled.params, compiled.name)
     block = block or default_block(values, MAX_THREADS_PER_CTA)
-    result = launch(compiled, args, grid=grid, block=block, backend=backend, step_limit=step_limit)
+    options = _model_options(backend, mode, check, trace and not as_json)
+    result = launch(compiled, args, grid=grid, block=block, backend=backend, step_limit=step_limit, **options)
     arrays = {name: _ints(v) for name, v in result.arrays.items()}
     if as_json:
         click.echo(json.dumps({
@@ -103,6 +124,9 @@ def run(source: Path, arg_texts: tuple[str, ...], kernel: str | None, grid: tupl
             "backend": result.backend,
             "compiler": compiled.compiler,
             "warnings": compiled.warnings,
+            **({"mode": result.extra.get("mode"), "checked": bool(result.extra.get("checked"))}
+               if backend != "interp" else {}),
+            **({"trace": result.extra["trace"]} if trace and "trace" in result.extra else {}),
         }))
     else:
         for name, v in arrays.items():

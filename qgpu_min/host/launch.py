@@ -26,7 +26,8 @@ from ..cuda.lower_ir import MemoryLayout
 from ..cuda.ptx import demangle, parse_ptx, select_kernel
 from ..errors import QgpuError
 from ..machine import interp
-from ..machine.isa import LANES, MEM_WORDS, N_PRE, CapacityError, Program, format_program
+from ..machine.isa import (LANES, MACHINE_FORMAT, MEM_WORDS, N_PRE, BlockFormat, CapacityError, Program,
+                           format_program)
 # LaunchError and BACKENDS live with the backend interface (backends raise LaunchError); callers import them from here
 from .backend import BACKENDS, BackendFn, BackendRun, LaunchError, load_backend
 
@@ -48,6 +49,8 @@ class CompiledKernel:
     compiler: str
     ptx: str
     warnings: list[str] = field(default_factory=list)   # the lowering's: runs, but assumes 32-lane warps
+    entry: str = ""                                      # the kernel's PTX (mangled) name
+    fmt: BlockFormat = MACHINE_FORMAT                    # the block format the program was lowered for
 
     def listing(self) -> str:
         return format_kernel(self)
@@ -152,14 +155,16 @@ def _params(fn, source_text: str | None) -> list[ParamInfo]:
 
 
 # ---- compile ----------------------------------------------------------------------------------
-def compile_kernel(source: str | Path, kernel: str | None = None, compiler: str | None = None) -> CompiledKernel:
-    """Compile CUDA (a .cu path or source text) or PTX to a machine program for one kernel."""
+def compile_kernel(source: str | Path, kernel: str | None = None, compiler: str | None = None,
+                   fmt: BlockFormat = MACHINE_FORMAT) -> CompiledKernel:
+    """Compile CUDA (a .cu path or source text) or PTX to a machine program for one kernel, in the block
+    format of the target that will run it (the machine's by default)."""
     res = compile_to_ptx(source, compiler)
     module = parse_ptx(res.text)
     fn = select_kernel(module, kernel)
-    lowered = lower(module, fn)
+    lowered = lower(module, fn, fmt)
     return CompiledKernel(_display_name(fn.name, fn.demangled), _params(fn, _cuda_text(source)), lowered.program,
-                          lowered.layout, res.compiler, res.text, lowered.warnings)
+                          lowered.layout, res.compiler, res.text, lowered.warnings, fn.name, fmt)
 
 
 def _display_name(mangled: str, demangled: str | None) -> str:
@@ -355,13 +360,26 @@ def _run_backend(run_launch: BackendFn, backend: str, kernel: CompiledKernel, im
     return run
 
 
+def for_format(kernel: CompiledKernel, fmt: BlockFormat) -> CompiledKernel:
+    """The kernel lowered again from its PTX for a target's block format (the same kernel if it already is)."""
+    if kernel.fmt == fmt:
+        return kernel
+    module = parse_ptx(kernel.ptx)
+    lowered = lower(module, select_kernel(module, kernel.entry or None), fmt)
+    return replace(kernel, program=lowered.program, memory=lowered.layout, fmt=fmt)
+
+
 def launch(kernel: CompiledKernel, args: list, grid=(1, 1), block=(LANES, 1), backend: str = "interp",
            step_limit: int | None = None, **backend_options: Any) -> LaunchResult:
     """Run the kernel; returns the arrays of its pointer parameters read back after the launch.
 
-    ``backend_options`` go to the backend unchanged (e.g. mode='bf16' for 'model'); 'interp' takes none.
+    ``backend_options`` go to the backend unchanged (e.g. mode='bf16' for 'circuit'); 'interp' takes none.
+    A backend whose function carries a ``block_format`` gets the kernel lowered for that format.
     """
     run_launch = load_backend(backend)      # an unknown backend is reported before the arguments are looked at
+    fmt = getattr(run_launch, "block_format", None)
+    if fmt is not None:
+        kernel = for_format(kernel, fmt() if callable(fmt) else fmt)
     grid, block = _shape(grid, "grid"), _shape(block, "block")
     image = build_image(kernel, args, block)
     run = _run_backend(run_launch, backend, kernel, image, grid, block, step_limit, backend_options)

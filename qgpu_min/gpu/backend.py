@@ -1,0 +1,101 @@
+"""The 'circuit' backend: a launch run by the GPU compiled into Qwen3.5 layers (circuit-only model).
+
+The host tokenizes the bound program and the memory image (program.prompt), the model generates the run
+(model.run_launch), and the result is the data memory decoded from the DeltaNet state. With check=True
+every generated token and, at every step, registers and memory are compared with the interpreter
+(check.py); trace=callable receives each generated token's readable name.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..host.backend import BackendRun, LaunchError
+from ..machine.interp import MemoryFault, StepLimitError
+from ..machine.isa import LANES, CapacityError, Program
+from ..machine.isa import DEFAULT_STEP_LIMIT
+from .layout import GpuSpec
+from .model import TooManyTokens
+from .model import run_launch as run_model
+from .program import block_format as _block_format
+from .program import check_supported, prompt
+from .vocab import Token, token_name
+
+SPEC = GpuSpec()
+_COMPILED: dict = {}      # spec -> CompiledGpu, for the life of the process
+TOKENS_PER_LANE_STEP = 1 + 3 * SPEC.wb_entries
+
+
+def compiled(spec: GpuSpec = SPEC, progress: Callable[[str], None] | None = None):
+    """The compiled GPU (the cache under the user's cache directory when available)."""
+    if spec not in _COMPILED:
+        try:
+            from .cache import load_or_compile
+        except ImportError:
+            from .model import compile_gpu as load_or_compile
+        _COMPILED[spec] = load_or_compile(spec) if progress is None else load_or_compile(spec, progress=progress)
+    return _COMPILED[spec]
+
+
+def _check_shape(grid: tuple[int, int], block: tuple[int, int], spec: GpuSpec) -> None:
+    if grid != (1, 1):
+        raise CapacityError(f"the GPU in the weights runs one CTA per launch for now; the grid has "
+                            f"{grid[0] * grid[1]} CTAs (use --backend interp for grids)")
+    if block[1] != 1 or not 1 <= block[0] <= spec.lanes:
+        raise CapacityError(f"the GPU in the weights runs one 1-D warp of at most {spec.lanes} threads for now; "
+                            f"the block is {block[0]}x{block[1]} (use --backend interp for larger blocks)")
+
+
+def _warp_steps(generated: list[Token]) -> int:
+    """Warp steps in a generated run: an exec at a new block, or at a lane not after the previous one."""
+    steps, last = 0, None
+    for t in generated:
+        if t[0] == "exec":
+            if last is None or t[1] != last[1] or t[2] <= last[2]:
+                steps += 1
+            last = t
+    return steps
+
+
+def run_launch(program: Program, memory: list[int], grid: tuple[int, int], block: tuple[int, int],
+               step_limit: int | None, mode: str = "fp32", check: bool = False,
+               trace: Callable[[str], None] | None = None, **options: Any) -> BackendRun:
+    if options:
+        raise LaunchError(f"backend 'circuit' takes mode, check and trace, not {', '.join(sorted(options))}")
+    if mode not in ("fp32", "bf16"):
+        raise LaunchError(f"mode {mode!r}: choose fp32 or bf16")
+    spec = SPEC
+    _check_shape(grid, block, spec)
+    check_supported(program, spec)
+    toks = prompt(program, memory, block[0], spec)
+    cg = compiled(spec)
+    limit = (step_limit or DEFAULT_STEP_LIMIT) * LANES * TOKENS_PER_LANE_STEP + 1
+    checker = None
+    if check:
+        from .check import Checker, expected_tokens
+        checker = Checker(cg, expected_tokens(program, memory, block[0], spec))
+
+    def on_token(i: int, t: Token, state) -> None:
+        if trace is not None:
+            trace(token_name(t))
+        if checker is not None:
+            checker(i, t, state)
+    try:
+        run = run_model(cg, toks, mode, max_generated=limit, on_token=on_token)
+    except TooManyTokens as e:
+        raise StepLimitError(f"the launch did not halt within the step limit of {step_limit or DEFAULT_STEP_LIMIT} "
+                             f"warp steps: the model was at block B{e.block}, lane {e.lane} (warp 0, CTA 0)", e.block)
+    last = next((t for t in reversed(run.generated) if t[0] == "exec"), None)
+    if run.generated[-1][0] == "fault":
+        where = f"block B{last[1]}, lane {last[2]} of warp 0 in CTA 0" if last else "the first step"
+        raise MemoryFault(f"memory access outside the GPU's {spec.mem_words} words or misaligned at {where} "
+                          f"(generated token {len(run.generated) - 1})")
+    words = run.memory + list(memory[spec.mem_words:])
+    tokens = {"prompt": len(toks), "generated": len(run.generated)}
+    extra = {"mode": mode, "layers": len(cg.layers), "checked": check,
+             "trace": {"prompt": [token_name(t) for t in toks], "generated": [token_name(t) for t in run.generated],
+                       "prompt_ids": [cg.vocab.id(t) for t in toks],
+                       "generated_ids": [cg.vocab.id(t) for t in run.generated]}}
+    return BackendRun(words, _warp_steps(run.generated), [], tokens, extra)
+
+
+run_launch.block_format = lambda: _block_format(SPEC)     # launch() lowers kernels for this format
