@@ -379,7 +379,10 @@ def launch(kernel: CompiledKernel, args: list, grid=(1, 1), block=(LANES, 1), ba
     run_launch = load_backend(backend)      # an unknown backend is reported before the arguments are looked at
     fmt = getattr(run_launch, "block_format", None)
     if fmt is not None:
-        kernel = for_format(kernel, fmt() if callable(fmt) else fmt)
+        try:
+            kernel = for_format(kernel, fmt() if callable(fmt) else fmt)
+        except CapacityError as e:      # say which target's limit it is: the interpreter would run it
+            raise CapacityError(f"backend {backend!r} cannot run this kernel: {e}") from None
     grid, block = _shape(grid, "grid"), _shape(block, "block")
     image = build_image(kernel, args, block)
     run = _run_backend(run_launch, backend, kernel, image, grid, block, step_limit, backend_options)
