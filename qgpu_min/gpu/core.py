@@ -157,7 +157,15 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     specials = [lane_word, zero, n_word, one, zero, zero, one, one, lane_word, zero, lane_word][:fmt.specials]
 
     # ---- datapath, data memory ------------------------------------------------------------------------
-    out = lane_datapath(c, fmt, fields, regs, specials, None, "lane")
+    # the outbox: every slot result and the load, kept for the write-back tokens; its read-back is also
+    # what later slots use, so the ALU's own output is cleared as soon as the outbox has it
+    box: dict[str, Word] = {}
+
+    def to_outbox(name: str, word: Word) -> Word:
+        box[name] = c.access(c.memory(f"out.{name}", 1, (2,) * 32), _row0_when(kind, "exec", "init"), word,
+                             [_const_row(1, 0)])[0]
+        return box[name]
+    out = lane_datapath(c, fmt, fields, regs, specials, None, "lane", to_outbox)
     addr = out.address
     word_at = lib.onehot_of_bits(c, addr[2:2 + (spec.mem_words - 1).bit_length()], spec.mem_words, "mem.word")
     is_exec = _kind_is(kind, "exec")
@@ -178,6 +186,7 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     (loaded,) = c.access(data_mem, data_waddr, store_now, [word_at],
                          alternatives=_payload_alternatives(pay, (3, 2, 1)))
     post_slots(c, fmt, fields, out, out.extra["values"], loaded, "lane")
+    loaded = box["ld"]
 
     # ---- warp table: this lane's next pc and exit ------------------------------------------------------
     tk = {k: (term, TERM_KINDS.index(k)) for k in TERM_KINDS}
@@ -235,8 +244,6 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
                                       [dec_kind, dec_b, dec_l], [_const_row(1, 0)])[0]
 
     # ---- outbox and write-back pointer --------------------------------------------------------------
-    box = [c.access(c.memory(f"out.{s}", 1, (2,) * 32), _row0_when(kind, "exec", "init"), w, [_const_row(1, 0)])[0]
-           for s, w in zip(spec.wb_sources, out.results + [loaded])]
     ptr_value = c.gate("ptr.v", W + 1, 0, [lib.and_unit([(is_w3, 1), (x_e, e)], ((e + 1, 1), (0, -1))) for e in range(W)])
     (ptr,) = c.access(c.memory("ptr", 1, (W + 1,)), _row0_when(kind, "exec", "w3", "init"), [ptr_value],
                       [_const_row(1, 0)])[0]
@@ -254,7 +261,15 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
                                     for e in range(W) for n in range(e + 1, W + 1)])
     src = c.gate("wb.src", len(spec.wb_sources), 0, [lib.and_unit([(estar, e), (wb_src[e], s)], ((s, 1), (0, -1)))
                                                      for e in range(W) for s in range(1, len(spec.wb_sources))])
-    value = lib.mux_onehot(c, src, box, "wb.value")
+    # the value of that entry: every source but the last slot's is selected as soon as they exist, so at the
+    # widest point (the last slot) only one word waits for it
+    last = f"s{fmt.slots - 1}"
+    early = [s for s in spec.wb_sources if s != last]
+    src_early = decode_view(src, len(early) + 1, lambda e: early.index(spec.wb_sources[e])
+                            if spec.wb_sources[e] in early else len(early), "wb.src.early")
+    partial = lib.mux_onehot(c, src_early, [box[s] for s in early] + [[const_bit(0)] * 32], "wb.partial")
+    is_last = decode_view(src, 2, lambda e: int(spec.wb_sources[e] == last), "wb.src.last")
+    value = lib.mux_word(c, is_last, box[last], partial, "wb.value")
     K = {n: KINDS.index(n) for n in KINDS}
 
     def to(n: str) -> tuple:

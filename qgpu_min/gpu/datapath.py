@@ -15,6 +15,7 @@ layers, lib.alu). Op sets per slot come from the format, so a narrower slot cost
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ..circuit import lib
 from ..circuit.ir import Circuit, CircuitError, Group, Word, const_word
@@ -23,7 +24,7 @@ from ..circuit.ir import Circuit, CircuitError, Group, Word, const_word
 ALU_OF_OPCODE = {
     "ADD": "add", "SUB": "sub", "AND": "and", "OR": "or", "XOR": "xor", "SHL": "shl", "SHR": "shr",
     "SRA": "sra", "SEQ": "eq", "SNE": "ne", "SLT": "slt", "SLE": "sle", "SLTU": "sltu", "SLEU": "sleu",
-    "MIN": "min", "MAX": "max", "MINU": "minu", "MAXU": "maxu", "SEL": "sel", "S2R": "add",
+    "MIN": "min", "MAX": "max", "MINU": "minu", "MAXU": "maxu", "SEL": "sel", "S2R": "add", "MUL": "mul",
 }
 ALL_ALU_OPCODES = tuple(ALU_OF_OPCODE)
 
@@ -37,6 +38,8 @@ class CoreFormat:
     reads: int = 4                       # register read ports
     specials: int = 11                   # S2R values available to pre slots (isa.SPECIALS order)
     slot_opcodes: tuple[tuple[str, ...], ...] | None = None   # per slot; None = every ALU opcode
+    # slots that also multiply: mul.lo is 6 MLP layers and ~2.7k units, so only these pay for it
+    mul_slots: tuple[int, ...] = (4,)
 
     @property
     def slots(self) -> int:
@@ -44,10 +47,12 @@ class CoreFormat:
 
     def opcodes(self, k: int) -> tuple[str, ...]:
         ops = ALL_ALU_OPCODES if self.slot_opcodes is None else self.slot_opcodes[k]
-        return tuple(o for o in ops if k < self.pre or o != "S2R")
+        return tuple(o for o in ops if (k < self.pre or o != "S2R") and (k in self.mul_slots or o != "MUL"))
 
     def alu_names(self, k: int) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(ALU_OF_OPCODE[o] for o in self.opcodes(k)))
+        """The slot's op one-hot: the fused ALU's ops, then 'mul' (an extra word the ALU selects)."""
+        names = dict.fromkeys(ALU_OF_OPCODE[o] for o in self.opcodes(k))
+        return tuple(n for n in names if n != "mul") + (("mul",) if "mul" in names else ())
 
     def sources(self, k: int | str, operand: str) -> tuple[str, ...]:
         """Operand sources of slot k (an int) or of 'mem' / 'cond', for operand 'a', 'b' or 'c'.
@@ -117,45 +122,51 @@ def _special_word(c: Circuit, sel: Group, specials: list[Word], name: str) -> Wo
 
 
 def _nonzero_of(c: Circuit, sel: Group, options: dict[str, Word], names: tuple[str, ...], name: str) -> Group:
-    """[the selected word != 0] in one layer: per source, a step on (its bit count + 33 * selected) >= 34."""
-    units = []
-    for k, n in enumerate(names):
-        terms = [(x, 1, 1) for x in options[n]] + [(sel, k, 33)]
-        units += lib.step_units(terms, 34)
-    return c.gate(name, 2, 0, units)
+    """[the selected word != 0]: per source a bit [selected and not zero] (a step on its bit count + 33 *
+    selected >= 34), each placed as soon as its source exists so the words need not stay for it; then
+    their OR (at most one is set)."""
+    nz = [c.gate(f"{name}.{n}", 2, 0, lib.step_units([(x, 1, 1) for x in options[n]] + [(sel, k, 33)], 34))
+          for k, n in enumerate(names) if n != "zero"]
+    return c.gate(name, 2, 0, [lib.and_unit([(b, 1)], lib.SET) for b in nz])
+
+
+Forward = Callable[[str, Word], Word]
 
 
 def lane_datapath(c: Circuit, fmt: CoreFormat, f: BlockFields, regs: list[Word], specials: list[Word],
-                  load: Word | None = None, name: str = "lane") -> LaneOutputs:
+                  load: Word | None = None, name: str = "lane", forward: Forward | None = None) -> LaneOutputs:
     """Build one lane's block execution. regs: the values of the block's register read ports; specials:
     this lane's S2R values (isa.SPECIALS order, fmt.specials of them); load: the memory slot's loaded
     value (None: the memory stage is built by the caller after `address`, and passed later through
-    `post_slots`)."""
+    `post_slots`). forward(source name, word): the copy of a slot result (or the load) that later slots
+    and the caller use, e.g. a memory's read-back of it, so the ALU's own output can be cleared early."""
     if len(regs) != fmt.reads or len(specials) != fmt.specials:
         raise CircuitError(f"{name}: {len(regs)} register reads / {len(specials)} specials for a format with "
                            f"{fmt.reads} / {fmt.specials}")
     values: dict[str, Word] = {f"r{i}": w for i, w in enumerate(regs)}
     values["zero"] = const_word(0)
+    fwd = forward or (lambda n, w: w)
     results = []
     for k in range(fmt.pre):
-        results.append(_slot(c, fmt, k, f.slots[k], values, specials, name))
+        results.append(fwd(f"s{k}", _slot(c, fmt, k, f.slots[k], values, specials, name)))
         values[f"s{k}"] = results[-1]
     address = lib.add(c, _select(c, f.mem_a, values, fmt.sources("mem", "a"), f"{name}.mema"), f.mem_imm, 0,
                       f"{name}.addr")
     store = _select(c, f.mem_data, values | {"imm": f.mem_imm}, fmt.sources("mem", "b"), f"{name}.memd")
     out = LaneOutputs(results, address, store, None)
+    out.extra["values"], out.extra["forward"] = values, fwd
     if load is not None:
         post_slots(c, fmt, f, out, values, load, name)
-    out.extra["values"] = values
     return out
 
 
 def post_slots(c: Circuit, fmt: CoreFormat, f: BlockFields, out: LaneOutputs, values: dict[str, Word],
                load: Word, name: str = "lane") -> None:
     """The post slots and the branch condition, once the loaded value exists."""
-    values["ld"] = load
+    fwd = out.extra["forward"]
+    values["ld"] = fwd("ld", load)
     for k in range(fmt.pre, fmt.slots):
-        out.results.append(_slot(c, fmt, k, f.slots[k], values, [], name))
+        out.results.append(fwd(f"s{k}", _slot(c, fmt, k, f.slots[k], values, [], name)))
         values[f"s{k}"] = out.results[-1]
     out.cond = _nonzero_of(c, f.cond, values, fmt.sources("cond", "c"), f"{name}.cond")
 
@@ -170,4 +181,6 @@ def _slot(c: Circuit, fmt: CoreFormat, k: int, s: SlotFields, values: dict[str, 
     b = _select(c, s.b, opts, fmt.sources(k, "b"), f"{name}.b{k}")
     names = fmt.alu_names(k)
     third = _select(c, s.c, opts, fmt.sources(k, "c"), f"{name}.c{k}") if "sel" in names else None
-    return lib.alu(c, s.op, a, b, names, name=f"{name}.alu{k}", third=third, clamp_shifts=False)
+    extras = (lib.mul_lo(c, a, b, f"{name}.mul{k}"),) if "mul" in names else ()
+    return lib.alu(c, s.op, a, b, tuple(n for n in names if n != "mul"), extras, f"{name}.alu{k}", third=third,
+                   clamp_shifts=False)

@@ -1,0 +1,342 @@
+"""The compiled GPU (the circuit-only model) cached on disk, keyed by a hash of the circuit's definition.
+
+Compiling the GPU takes seconds, most of it emitting the layer weights and the embedding rows of the
+vocabulary; building and planning the circuit is cheap and needed anyway (the vocabulary, the state
+layout). So `load_or_compile` always builds and plans, hashes the circuit (`circuit_key`), and takes the
+emitted layers and embedding from `<cache dir>/<key>.npz` when that entry is present and intact, else
+emits them and writes the entry.
+
+An entry stores every sparse matrix in CSR form (bf16 bits), the small vectors, the embedding in CSR
+form (it is mostly zeros), its key, its format version and a sha256 of all of that. A file that cannot
+be read, fails its hash, or holds another key or format is reported on stderr, removed and rebuilt.
+Entries are written to a temporary file in the same folder and renamed into place, so a reader (another
+process included) sees either no entry or a whole one; two processes compiling at once both write whole
+entries and the last rename wins.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from ..circuit import compile as compile_module, run as run_module
+from ..circuit.compile import BaseShape, Coo, LayerWeights, Plan, check_exact_weights, emit, plan
+from ..circuit.ir import CONST, Circuit, Gate, Group, MemOp
+from ..circuit.margin import static_check
+from ..circuit.run import embedding_rows
+from ..model.bf16 import bf16_to_f32
+from .core import GpuCircuit, build
+from . import layout as layout_module, vocab as vocab_module
+from .layout import GpuSpec
+from .model import CompiledGpu
+from .program import GpuLaunchError
+from .vocab import Vocab
+
+# Bump when the entry layout or the meaning of its arrays changes: older entries then read as stale.
+FORMAT_VERSION = 1
+
+# The code that turns a circuit definition into weights and embedding rows. Its text is part of the key,
+# so an entry written before the compiler changed is never taken for the new compiler's output.
+_COMPILER_MODULES = (compile_module, run_module, vocab_module, layout_module)
+
+Progress = Callable[[str], None]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The key
+
+
+class _Canon:
+    """Canonical text of circuit objects, independent of object identity: a root group is named by the
+    index of its first appearance (declared there with its name and size), a view by its root and its
+    permutation, CONST by 'C'."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self._roots: dict[int, int] = {}   # id(root) -> index; ids are only used while the circuit is alive
+        self._refs: dict[int, str] = {}    # id(group or view) -> its reference (views recur in many terms)
+
+    def ref(self, g: Group) -> str:
+        r = self._refs.get(id(g))
+        if r is None:
+            r = self._root_ref(g.root)
+            if g.base is not None:
+                r = f"{r}@{g.size}{g.perm!r}"
+            self._refs[id(g)] = r
+        return r
+
+    def _root_ref(self, root: Group) -> str:
+        if root is CONST:
+            return "C"
+        i = self._roots.get(id(root))
+        if i is None:
+            i = self._roots[id(root)] = len(self._roots)
+            self.parts.append(f"G{i}={root.name!r}:{root.size}\n")  # precedes the record that uses it
+        return f"#{i}"
+
+    def refs(self, gs) -> str:
+        return ",".join(self.ref(g) for g in gs)
+
+    def add(self, record: str) -> None:
+        self.parts.append(record + "\n")
+
+    def gate(self, op: Gate) -> None:
+        units = []
+        for u in op.units:
+            terms = ";".join(f"{self.ref(g)},{e},{w!r}" for g, e, w in u.terms)
+            units.append(f"[{terms}|{u.theta!r}|{u.out!r}]")
+        self.add(f"gate {self.ref(op.out)} d={op.default} " + "".join(units))
+
+    def mem_op(self, op: MemOp) -> None:
+        m = op.mem
+        write = "-" if op.write_addr is None else self.ref(op.write_addr)
+        alts = ";".join(f"{i},{self.ref(g)},{d}" for i, g, d in op.alternatives)
+        outs = "/".join(self.refs(port) for port in op.outputs)
+        self.add(f"mem {m.name!r} rows={m.rows} fields={m.fields!r} w={write} v={self.refs(op.write_value)} "
+                 f"taps={op.value_taps!r} alt={alts} r={self.refs(op.read_addrs)} out={outs}")
+
+    def circuit(self, c: Circuit) -> None:
+        self.add(f"circuit {c.name!r}")
+        self.add("inputs " + self.refs(c.inputs))
+        for op in c.ops:
+            self.gate(op) if isinstance(op, Gate) else self.mem_op(op)
+        self.add("memories " + ";".join(f"{m.name!r},{m.rows},{m.fields!r}" for m in c.memories))
+        self.add("outputs " + self.refs(c.outputs))
+
+    def gpu_extras(self, gc: GpuCircuit) -> None:
+        """What emit and the vocabulary take from the GpuCircuit beyond its circuit."""
+        self.add(f"spec {gc.spec!r}")
+        self.add("out_code " + ";".join(f"{self.ref(o)},{self.ref(i)}" for o, i in gc.out_code.pairs) +
+                 f" amp={gc.out_code.amplitude!r}")
+        for label, named in (("inputs", gc.inputs), ("codes", gc.codes)):
+            self.add(f"{label} " + ";".join(f"{k}={self._named(v)}" for k, v in named.items()))
+
+    def _named(self, v) -> str:
+        return self.ref(v) if isinstance(v, Group) else "[" + self.refs(v) + "]"
+
+
+def _compiler_digest() -> str:
+    """sha256 of the compiler's sources as loaded (see _COMPILER_MODULES); an unreadable one counts as empty."""
+    h = hashlib.sha256()
+    for mod in _COMPILER_MODULES:
+        try:
+            data = Path(mod.__file__).read_bytes()
+        except (OSError, TypeError):
+            data = b""
+        h.update(f"{mod.__name__}:{len(data)}:".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
+def circuit_key(gc_or_circuit: GpuCircuit | Circuit, shape: BaseShape) -> str:
+    """sha256 hex of everything the emitted weights and embedding depend on: every op of the circuit in
+    order (gates with every unit's terms, theta and outputs; memory ops with their memory, addresses,
+    sources, taps and outputs), the inputs and outputs, for a GpuCircuit its spec, output code and named
+    inputs, the base shape, the entry format version and the compiler's sources."""
+    canon = _Canon()
+    canon.add(f"qgpu-min gpu cache format {FORMAT_VERSION}")
+    canon.add(f"shape {shape!r}")
+    canon.add(f"compiler {_compiler_digest()}")
+    if isinstance(gc_or_circuit, GpuCircuit):
+        canon.circuit(gc_or_circuit.circuit)
+        canon.gpu_extras(gc_or_circuit)
+    else:
+        canon.circuit(gc_or_circuit)
+    return hashlib.sha256("".join(canon.parts).encode()).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Entries
+
+
+class BadEntry(Exception):
+    """A cache entry that cannot be used (unreadable, corrupt, stale)."""
+
+
+def default_cache_dir() -> Path:
+    """$QGPU_CACHE_DIR, else <$XDG_CACHE_HOME or ~/.cache>/qgpu-min/gpu."""
+    if os.environ.get("QGPU_CACHE_DIR"):
+        return Path(os.environ["QGPU_CACHE_DIR"]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"  # the XDG spec ignores relative paths
+    return base / "qgpu-min" / "gpu"
+
+
+def entry_path(cache_dir: Path, key: str) -> Path:
+    return Path(cache_dir) / f"{key}.npz"
+
+
+def _payload_digest(arrays: dict[str, np.ndarray]) -> str:
+    """sha256 over every array but the digest itself: name, dtype, shape and bytes, in name order."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        if name == "meta.digest":
+            continue
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _csr_arrays(prefix: str, m: Coo) -> dict[str, np.ndarray]:
+    s = m.to_sparse(exact=False)  # the runtime's own conversion: the entry holds what the model runs
+    return {f"{prefix}.shape": np.array(s.shape, np.int64), f"{prefix}.indptr": s.indptr,
+            f"{prefix}.indices": s.indices, f"{prefix}.values": s.values}
+
+
+def _embed_arrays(embed: np.ndarray) -> dict[str, np.ndarray]:
+    """The embedding in CSR form, f32 values (small integers, but f32 keeps it exact whatever they are)."""
+    rows, cols = np.nonzero(embed)
+    indptr = np.zeros(embed.shape[0] + 1, np.int64)
+    np.cumsum(np.bincount(rows, minlength=embed.shape[0]), out=indptr[1:])
+    return {"embed.shape": np.array(embed.shape, np.int64), "embed.indptr": indptr,
+            "embed.indices": cols.astype(np.int32), "embed.values": embed[rows, cols].astype(np.float32)}
+
+
+def entry_arrays(key: str, layers: list[LayerWeights], embed: np.ndarray) -> dict[str, np.ndarray]:
+    """Everything an entry stores, its digest included."""
+    arrays: dict[str, np.ndarray] = {"meta.format": np.array(FORMAT_VERSION, np.int64), "meta.key": np.array(key),
+                                     "meta.layers": np.array([[lw.units, lw.heads] for lw in layers], np.int64)}
+    for i, lw in enumerate(layers):
+        arrays[f"L{i}.mats"] = np.array(list(lw.mats))
+        arrays[f"L{i}.vecs"] = np.array(list(lw.vecs))
+        for name, m in lw.mats.items():
+            arrays.update(_csr_arrays(f"L{i}.m.{name}", m))
+        for name, v in lw.vecs.items():
+            arrays[f"L{i}.v.{name}"] = np.asarray(v, np.float32)
+    arrays.update(_embed_arrays(embed))
+    arrays["meta.digest"] = np.array(_payload_digest(arrays))
+    return arrays
+
+
+def write_entry(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """Write to a temporary file beside `path`, then rename: readers never see a partial entry."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez_compressed(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes it 0600; a cache folder may be shared
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_entry(path: Path, key: str) -> dict[str, np.ndarray]:
+    """The entry's arrays, checked: raises BadEntry unless the file reads whole, its digest matches its
+    payload, and it holds `key` in this format version."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {name: z[name] for name in z.files}
+    except Exception as e:  # zip, zlib, npy header errors, truncation: all mean the same here
+        raise BadEntry(f"unreadable ({type(e).__name__}: {e})") from None
+    try:
+        digest, fmt, stored = str(arrays["meta.digest"]), int(arrays["meta.format"]), str(arrays["meta.key"])
+    except (KeyError, ValueError, TypeError) as e:
+        raise BadEntry(f"no valid header ({e})") from None
+    if _payload_digest(arrays) != digest:
+        raise BadEntry("payload hash mismatch")
+    if fmt != FORMAT_VERSION:
+        raise BadEntry(f"format {fmt}, this version reads {FORMAT_VERSION}")
+    if stored != key:
+        raise BadEntry(f"stale: holds key {stored[:12]}..., wanted {key[:12]}...")
+    return arrays
+
+
+def _coo_of(arrays: dict[str, np.ndarray], prefix: str) -> Coo:
+    """A Coo holding the stored CSR matrix as one bulk block: to_sparse gives back the stored matrix bit for
+    bit (the entries are already summed, sorted and bf16-exact), and it stays sparse in memory."""
+    shape = tuple(int(x) for x in arrays[f"{prefix}.shape"])
+    indptr = arrays[f"{prefix}.indptr"]
+    m = Coo(shape)
+    m.add_many(np.repeat(np.arange(shape[0]), np.diff(indptr)), arrays[f"{prefix}.indices"],
+               bf16_to_f32(arrays[f"{prefix}.values"]))
+    return m
+
+
+def _embed_of(arrays: dict[str, np.ndarray]) -> np.ndarray:
+    n, hidden = (int(x) for x in arrays["embed.shape"])
+    embed = np.zeros((n, hidden), np.float32)
+    rows = np.repeat(np.arange(n), np.diff(arrays["embed.indptr"]))
+    embed[rows, arrays["embed.indices"]] = arrays["embed.values"]
+    return embed
+
+
+def layers_of(arrays: dict[str, np.ndarray]) -> tuple[list[LayerWeights], np.ndarray]:
+    """The emitted layers (Coo matrices in bulk form) and the f32 embedding of a checked entry."""
+    layers = []
+    for i, (units, heads) in enumerate(arrays["meta.layers"]):
+        mats = {str(n): _coo_of(arrays, f"L{i}.m.{n}") for n in arrays[f"L{i}.mats"]}
+        vecs = {str(n): arrays[f"L{i}.v.{n}"].copy() for n in arrays[f"L{i}.vecs"]}
+        layers.append(LayerWeights(mats, vecs, int(units), int(heads)))
+    return layers, _embed_of(arrays)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Load or compile
+
+
+def _warn(msg: str) -> None:
+    print(f"qgpu-min: {msg}", file=sys.stderr)
+
+
+def _emit_checked(gc: GpuCircuit, vocab: Vocab, p: Plan) -> tuple[list[LayerWeights], np.ndarray]:
+    """compile_gpu's check and emission steps, on a circuit and plan already built."""
+    report = static_check(p)
+    if not report.ok:
+        raise GpuLaunchError(f"the GPU circuit fails its static check: {report.problems[:3]}")
+    layers = emit(p, gc.out_code)
+    check_exact_weights(layers)
+    return layers, embedding_rows(p, vocab.table)
+
+
+def _try_load(path: Path, key: str) -> tuple[list[LayerWeights], np.ndarray] | None:
+    if not path.exists():
+        return None
+    try:
+        return layers_of(read_entry(path, key))
+    except BadEntry as e:
+        reason = str(e)
+    except Exception as e:  # a checked entry that still does not rebuild: treat it as corrupt too
+        reason = f"does not load ({type(e).__name__}: {e})"
+    _warn(f"GPU cache entry {path} is unusable, {reason}; rebuilding it")
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass  # another process may hold or have replaced it; the rebuild's rename still wins
+    return None
+
+
+def load_or_compile(spec: GpuSpec = GpuSpec(), shape: BaseShape = BaseShape(), cache_dir: str | Path | None = None,
+                    progress: Progress | None = None) -> CompiledGpu:
+    """The compiled GPU, its layers and embedding from the cache when an intact entry for this circuit is
+    there, else compiled (and the entry written). Either way the layers hold bulk-form Coo matrices, so
+    the result does not depend on the cache's state. A cache that cannot be written is only a warning."""
+    gc = build(spec)
+    vocab = Vocab(gc)
+    p = plan(gc.circuit, shape)
+    key = circuit_key(gc, shape)
+    path = entry_path(Path(cache_dir) if cache_dir is not None else default_cache_dir(), key)
+    loaded = _try_load(path, key)
+    if loaded is not None:
+        return CompiledGpu(gc, vocab, p, *loaded)
+    if progress is not None:
+        progress("compiling the GPU (first use) ...")
+    layers, embed = _emit_checked(gc, vocab, p)
+    arrays = entry_arrays(key, layers, embed)
+    try:
+        write_entry(path, arrays)
+        if progress is not None:
+            progress(f"cached at {path}")
+    except OSError as e:
+        _warn(f"could not write the GPU cache entry {path} ({e}); compiling again next time")
+    # return what a warm load returns (and drop emit's per-entry lists)
+    return CompiledGpu(gc, vocab, p, *layers_of(arrays))

@@ -1,0 +1,259 @@
+"""The `--check` replay: what the model must generate for a launch, and a per-token checker of a real run.
+
+Why this oracle is independent of the circuit: every expected token and every expected register and
+memory word comes from the reference interpreter (qgpu_min.machine.interp), which executes the machine
+program by register names on Python integers. From the GPU side it takes only what the host itself
+sends or legitimately knows: the launch protocol (docs/machine.md ordering: warp steps, active lanes in
+increasing order, write-back entries in register order, 12/12/8-bit parts) and the ROM's write-back list
+(encode.encode_block, the same table the prompt carries). Nothing here reads a circuit group, a weight
+or the IR simulator; the model's state is only *read* to compare it against the interpreter.
+
+The one adaptation of the interpreter is its memory bound: the GPU has spec.mem_words words, the
+machine MEM_WORDS, so an access the machine allows may fault on the GPU. _GpuMachine narrows the bound
+inside the interpreter's own address computation, and records the first fault of a step instead of
+raising it, so the lanes before the faulting one finish the step (the GPU runs them in full, in lane
+order, before the faulting lane's EXEC answers FAULT). Lanes are independent within a step for every
+block the GPU runs (word LD/ST and ALU ops: no shuffles, votes or atomics), so their values are exact.
+
+Token protocol checked (core.py): per warp step, per active lane l ascending: ("exec", block, l), then
+for each write-back entry e (register r, in register order) ("wa", v & 0xfff), ("wb", v >> 12 & 0xfff),
+("w3", e, v >> 24), v = lane l's r after the block; finally ("halt",), or ("fault",) right after the
+EXEC of the first lane whose access is outside the GPU's memory or misaligned.
+
+State checked (Checker): when the token after a lane step is generated (EXEC or HALT), that lane's
+registers live after the block; when it also begins a new warp step, the data memory. Memory is not
+compared inside a warp step: the model has run the stores of the lanes so far, the interpreter's
+record holds those of all active lanes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from ..circuit.ir import MemOp
+from ..circuit.run import memory_rows
+from ..errors import QgpuError
+from ..machine import interp
+from ..machine.interp import MemoryFault, StepRecord
+from ..machine.isa import DEFAULT_STEP_LIMIT, MASK32, Program, check_program
+from .encode import BlockCode, encode_block
+from .layout import PAY_BITS, GpuSpec
+from .vocab import Token, token_name
+
+# the three write-back parts: (token kind, first bit, bits)
+WB_PARTS = (("wa", 0, PAY_BITS), ("wb", PAY_BITS, PAY_BITS), ("w3", 2 * PAY_BITS, 32 - 2 * PAY_BITS))
+
+
+class CheckError(QgpuError):
+    """The model's run differs from the interpreter's: a generated token, a register or a memory word."""
+
+    def __init__(self, message: str, index: int) -> None:
+        super().__init__(message)
+        self.index = index       # generated token at which the difference was seen
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """Where an expected token belongs. HALT: block and lane None, record = the last step's."""
+    step: int                          # interpreter warp step, from 1 (0: a launch with no step)
+    cta: int
+    warp: int
+    block: int | None
+    lane: int | None
+    entry: int | None = None           # write-back tokens: the entry, its register, the full value
+    reg: int | None = None
+    value: int | None = None
+    live: tuple[int, ...] = ()         # EXEC: the registers live after the block (compared after it)
+    record: StepRecord | None = field(default=None, compare=False, repr=False)
+
+    def where(self) -> str:
+        if self.block is None:
+            return f"after step {self.step} (CTA {self.cta}, warp {self.warp})"
+        return f"step {self.step}, CTA {self.cta}, warp {self.warp}, block B{self.block}, lane {self.lane}"
+
+
+# ---- the interpreter, bounded by the GPU's memory ------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Fault:
+    step: int
+    cta: int
+    warp: int
+    lane: int
+    message: str
+
+
+class _GpuMachine(interp._Machine):
+    """The interpreter with the GPU's (smaller) memory: an access outside spec.mem_words words or
+    misaligned is recorded as the step's fault. The access is then redirected to word 0 so that the step
+    completes for the other lanes; the launch is cut after this step, so nothing it wrote is used."""
+
+    def __init__(self, program: Program, memory: list[int], step_limit: int, words: int) -> None:
+        super().__init__(program, memory, step_limit, trace=False)
+        self.words = words
+        self.fault: _Fault | None = None
+
+    def _addr(self, w, lane: int, ins, size: int) -> int:
+        try:
+            addr = super()._addr(w, lane, ins, size)      # the machine's own checks first
+            if addr + size > self.words * 4:
+                raise MemoryFault(f"lane {lane} of warp {w.index}, block B{w.pc[lane]}, `{ins}`: address "
+                                  f"{addr:#x} is outside the GPU's {self.words} words")
+        except MemoryFault as e:
+            if self.fault is None:           # lane order: the first is the lane the GPU stops at
+                self.fault = _Fault(self.steps, self.cta, w.index, lane, str(e))
+            return 0
+        return addr
+
+
+def _records(program: Program, memory: list[int], threads: int, spec: GpuSpec,
+             step_limit: int | None) -> tuple[_GpuMachine, Iterator[StepRecord]]:
+    grid, block = (1, 1), (threads, 1)
+    check_program(program)
+    interp.check_launch_shape(grid, block)
+    if len(memory) != interp.MEM_WORDS:
+        raise interp.MachineError(f"memory image has {len(memory)} words, the machine has {interp.MEM_WORDS}")
+    m = _GpuMachine(program, [int(x) & MASK32 for x in memory], step_limit or DEFAULT_STEP_LIMIT, spec.mem_words)
+    return m, interp._records(m, grid, block)
+
+
+# ---- expected tokens ---------------------------------------------------------------------------------
+
+def _exec_token(rec: StepRecord, lane: int) -> Token:
+    # the one place the EXEC token's shape is known (it will gain a warp field with several warps)
+    return ("exec", rec.block, lane)
+
+
+def _writeback_tokens(rec: StepRecord, lane: int, code: BlockCode) -> list[tuple[Token, StepInfo]]:
+    out = []
+    for e, (r, _src) in enumerate(code.writeback):
+        v = rec.regs[lane][r]
+        info = StepInfo(rec.step, rec.cta, rec.warp, rec.block, lane, e, r, v, record=rec)
+        parts = [(v >> lo) & ((1 << n) - 1) for _, lo, n in WB_PARTS]
+        out += [(("wa", parts[0]), info), (("wb", parts[1]), info), (("w3", e, parts[2]), info)]
+    return out
+
+
+def _lanes(mask: int) -> list[int]:
+    return [l for l in range(mask.bit_length()) if mask >> l & 1]
+
+
+def expected_tokens(program: Program, memory: list[int], threads: int, spec: GpuSpec,
+                    step_limit: int | None = None) -> list[tuple[Token, StepInfo]]:
+    """The tokens the model must generate for this launch (grid (1,1), block (threads,1)), each with the
+    step, CTA, warp, block and lane it belongs to. Raises interp.StepLimitError as the interpreter does."""
+    codes: dict[int, BlockCode] = {}
+    out: list[tuple[Token, StepInfo]] = []
+    m, records = _records(program, memory, threads, spec, step_limit)
+    last: StepRecord | None = None
+    for rec in records:
+        blk = program.blocks[rec.block]
+        if rec.block not in codes:
+            codes[rec.block] = encode_block(blk, spec.fmt, f"block B{rec.block}")
+        live = tuple(r for r in range(spec.regs) if blk.live_out >> r & 1)
+        fault = m.fault if m.fault is not None and m.fault.step == rec.step else None
+        for lane in _lanes(rec.active):
+            out.append((_exec_token(rec, lane), StepInfo(rec.step, rec.cta, rec.warp, rec.block, lane,
+                                                          live=live, record=rec)))
+            if fault is not None and lane == fault.lane:
+                return out + [(("fault",), StepInfo(rec.step, rec.cta, rec.warp, rec.block, lane, record=rec))]
+            out += _writeback_tokens(rec, lane, codes[rec.block])
+        last = rec
+    end = StepInfo(last.step, last.cta, last.warp, None, None, record=last) if last else StepInfo(0, 0, 0, None, None)
+    return out + [(("halt",), end)]
+
+
+# ---- the checker -------------------------------------------------------------------------------------
+
+def _hex_known(value: int, known_bits: int) -> str:
+    """value's 8 hex digits with the digits above known_bits (not yet generated) shown as '?'."""
+    digits = f"{value & MASK32:08x}"
+    k = known_bits // 4
+    return "0x" + "?" * (8 - k) + digits[8 - k:]
+
+
+def _found_value(token: Token, info: StepInfo) -> str:
+    """What the generated write-back part makes of the register: the entry's earlier parts matched."""
+    for kind, lo, n in WB_PARTS:
+        if token[0] == kind:
+            part = token[-1]
+            v = (info.value & ((1 << lo) - 1)) | (part << lo)
+            return _hex_known(v, lo + n)
+    return "?"
+
+
+def _row_word(row) -> int:
+    """A memory row's 32 one-bit fields, LSB first, as an unsigned word."""
+    return int(sum(int(b) << i for i, b in enumerate(row)))
+
+
+class Checker:
+    """Called as checker(i, token, state) for every generated token i (state: after tokens 0..i-1).
+
+    Raises CheckError at the first generated token that differs from expected_tokens, and at the first
+    lane step (warp step) after which a live register (a data memory word) read from the model's state
+    differs from the interpreter's. state None: tokens only (a recorded run)."""
+
+    def __init__(self, cg, expected: list[tuple[Token, StepInfo]]) -> None:
+        self.cg = cg
+        self.spec: GpuSpec = cg.gc.spec
+        self.expected = expected
+        self.regs_op = next(op for op in cg.plan.ops if isinstance(op, MemOp) and op.mem.name == "regs")
+        self.data_op = cg.data_op
+        self.open: StepInfo | None = None      # the EXEC whose lane step is being generated
+        self.checked = 0                       # tokens compared so far
+
+    @property
+    def complete(self) -> bool:
+        """Every expected token has been generated and matched."""
+        return self.checked == len(self.expected)
+
+    def __call__(self, i: int, token: Token, state=None) -> None:
+        info = self._check_token(i, token)
+        if token[0] in ("exec", "halt") and self.open is not None and state is not None:
+            self._check_registers(i, state, self.open)
+            if token[0] == "halt" or (info.step, info.cta, info.warp) != (self.open.step, self.open.cta,
+                                                                           self.open.warp):
+                self._check_memory(i, state, self.open.record)
+        # a FAULT ends the launch inside the faulting lane's step: nothing after its EXEC is complete
+        self.open = info if token[0] == "exec" else None
+        self.checked = i + 1
+
+    # ---- tokens ----------------------------------------------------------------------------------
+    def _check_token(self, i: int, token: Token) -> StepInfo:
+        if i >= len(self.expected):
+            raise CheckError(f"generated token {i}: {token_name(token)}, but the launch should have ended with "
+                             f"token {len(self.expected) - 1} ({token_name(self.expected[-1][0])})", i)
+        want, info = self.expected[i]
+        if token == want:
+            return info
+        msg = f"generated token {i}: expected {token_name(want)}, found {token_name(token)} at {info.where()}"
+        if info.reg is not None:
+            msg += (f"; write-back entry {info.entry}: r{info.reg} expected {info.value:#010x}, found "
+                    f"{_found_value(token, info) if token[0] == want[0] else 'no ' + want[0].upper() + ' token'}")
+        raise CheckError(msg, i)
+
+    # ---- state -----------------------------------------------------------------------------------
+    def _reg_rows(self, info: StepInfo) -> range:
+        # register file rows of one lane (one warp today: lane * regs + r)
+        return range(info.lane * self.spec.regs, (info.lane + 1) * self.spec.regs)
+
+    def _check_registers(self, i: int, state, info: StepInfo) -> None:
+        if not info.live:
+            return
+        rows = memory_rows(self.cg.plan, self.regs_op, state.recurrent, rows=self._reg_rows(info))
+        want = info.record.regs[info.lane]
+        for r in info.live:
+            found = _row_word(rows[r])
+            if found != want[r]:
+                raise CheckError(f"generated token {i}: after the lane step of {info.where()}: register r{r} "
+                                 f"expected {want[r]:#010x}, found {found:#010x} in the model's state", i)
+
+    def _check_memory(self, i: int, state, rec: StepRecord) -> None:
+        rows = memory_rows(self.cg.plan, self.data_op, state.recurrent)
+        for a, row in enumerate(rows):
+            found = _row_word(row)
+            if found != rec.memory[a]:
+                raise CheckError(f"generated token {i}: after step {rec.step} (CTA {rec.cta}, warp {rec.warp}, "
+                                 f"block B{rec.block}): memory word {a} (address {4 * a:#x}) expected "
+                                 f"{rec.memory[a]:#010x}, found {found:#010x} in the model's state", i)
