@@ -33,7 +33,12 @@ from ..circuit import lib
 from ..circuit.compile import OutputCode
 from ..circuit.ir import CONST, Circuit, Group, Word, const_bit, decode_view, onehot_bits, view
 from .datapath import BlockFields, SlotFields, lane_datapath, post_slots
-from .layout import KINDS, MEM_KINDS, PAY_BITS, TERM_KINDS, GpuSpec, field_offsets, rom_rows
+from .layout import (ATOM_OPS, KINDS, MEM_KINDS, PAY_BITS, RECORD_REG, TERM_KINDS, GpuSpec, field_offsets,
+                     rom_rows)
+
+# the atomic ALU's op one-hot follows layout.ATOM_OPS: lib.alu ops, with EXCH as the extra word (B itself)
+ATOM_ALU = tuple(op.lower() for op in ATOM_OPS if op != "EXCH")
+assert ATOM_OPS[-1] == "EXCH", "the extra word comes after lib.alu's ops in the op one-hot"
 
 ABSENT = 2   # the third element of a payload bit: this token carries no such bit
 
@@ -130,6 +135,7 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     mem_kind = field_of("ctl", "mem", len(MEM_KINDS))
     term = field_of("ctl", "term", len(TERM_KINDS))
     taken, not_taken = field_of("ctl", "taken", B), field_of("ctl", "not_taken", B)
+    atom_op = field_of("ctl", "atom", len(ATOM_OPS))
     read_reg = [field_of("reads", f"r{i}", spec.regs) for i in range(fmt.reads)]
     wb_reg = [field_of("wbreg", f"reg{e}", spec.regs) for e in range(W)]
     wb_count = field_of("wbsrc", "count", W + 1)
@@ -141,15 +147,19 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     units = [lib.and_unit([(is_init, 1)], ((L * R + 1, 1), (L * R, -1)))]
     for l in range(L):
         for e in range(W):
-            for r in range(R - 1):
+            for r in range(R):      # r15's row is the scratch of an atomic's record (layout.RECORD_REG)
                 units.append(lib.and_unit([(is_w3, 1), (cur_l, l), (x_e, e), (wb_reg[e], r)],
                                           ((l * R + r, 1), (L * R, -1))))
     reg_waddr = c.gate("regs.w", L * R + 2, L * R, units)
     reg_raddr = [c.gate(f"regs.r{i}", L * R, 0, [lib.and_unit([(cur_l, l), (read_reg[i], r)], ((l * R + r, 1), (0, -1)))
                                                    for l in range(L) for r in range(R) if l or r])
                  for i in range(fmt.reads)]
-    regs = c.access(c.memory("regs", L * R, (2,) * 32), reg_waddr, _zero_on_init(kind, 32), reg_raddr,
-                    alternatives=_payload_alternatives(wpay, (2, 1, 0)))
+    scratch_raddr = decode_view(cur_l, L * R, lambda l: l * R + RECORD_REG, "regs.scratch")
+    *regs, scratch = c.access(c.memory("regs", L * R, (2,) * 32), reg_waddr, _zero_on_init(kind, 32),
+                              reg_raddr + [scratch_raddr], alternatives=_payload_alternatives(wpay, (2, 1, 0)))
+    # a W3 whose entry is the record (register r15) writes the assembled word to memory too
+    record = c.gate("record", 2, 0, [lib.and_unit([(is_w3, 1), (x_e, e), (wb_reg[e], RECORD_REG)], lib.SET)
+                                     for e in range(W)])
 
     # ---- specials (v1: one warp, one CTA, a 1-D block) ----------------------------------------------
     zero, one = [const_bit(0)] * 32, [const_bit(1)] + [const_bit(0)] * 31
@@ -173,20 +183,26 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     outside = [addr[0], addr[1]] + addr[2 + (spec.mem_words - 1).bit_length():]
     fault = c.gate("fault", 2, 0, lib.step_units([(b, 1, 1) for b in outside] + [(accesses, 1, 40), (is_exec, 1, 40)], 81))
     stores = [(is_exec, 1), (mem_kind, MEM_KINDS.index("ST")), (fault, 0)]
+    records = [(record, 1), (fault, 0)]     # the datapath recomputes the EXEC's address: no register changed yet
     N = spec.mem_words
     is_mem_tok = _kind_is(kind, "mem")
     data_waddr = c.gate("mem.w", N + 2, N,
                         [lib.and_unit([(is_init, 1)], ((N + 1, 1), (N, -1)))]
                         + [lib.and_unit([(is_mem_tok, 1), (x_mem, a)], ((a, 1), (N, -1))) for a in range(N)]
-                        + [lib.and_unit(stores + [(word_at, a)], ((a, 1), (N, -1))) for a in range(N)])
+                        + [lib.and_unit(stores + [(word_at, a)], ((a, 1), (N, -1))) for a in range(N)]
+                        + [lib.and_unit(records + [(word_at, a)], ((a, 1), (N, -1))) for a in range(N)])
     store_now = [c.gate(f"mem.v[{i}]", 3, ABSENT,
                         [lib.and_unit(stores + [(out.store_data[i], v)], ((v, 1), (ABSENT, -1))) for v in (0, 1)]
+                        + [lib.and_unit(records + [(scratch[i], v)], ((v, 1), (ABSENT, -1))) for v in (0, 1)]
                         + [lib.and_unit([(is_init, 1)], ((0, 1), (ABSENT, -1)))]) for i in range(32)]
     data_mem = c.memory("data", N, (2,) * 32)
     (loaded,) = c.access(data_mem, data_waddr, store_now, [word_at],
                          alternatives=_payload_alternatives(pay, (3, 2, 1)))
     post_slots(c, fmt, fields, out, out.extra["values"], loaded, "lane")
     loaded = box["ld"]
+    # an atomic's new word: op(old, B), kept in the outbox for its record write-back
+    to_outbox("atom", lib.alu(c, atom_op, loaded, out.store_data, ATOM_ALU, (out.store_data,), "atom",
+                              clamp_shifts=False))
 
     # ---- warp table: this lane's next pc and exit ------------------------------------------------------
     tk = {k: (term, TERM_KINDS.index(k)) for k in TERM_KINDS}

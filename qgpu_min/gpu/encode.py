@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from ..errors import QgpuError
 from ..machine.isa import LOAD_OPS, SPECIALS, STORE_OPS, ZERO, Block, Instr
 from .datapath import ALU_OF_OPCODE, CoreFormat
+from .layout import ATOM_OPS, RECORD_REG
+
+GPU_MEM_OPS = ("LD", "ST") + tuple(f"ATOM.{op}" for op in ATOM_OPS)
 
 
 class EncodeError(QgpuError):
@@ -33,7 +36,8 @@ class SlotCode:
 class BlockCode:
     slots: list[SlotCode]
     reads: list[int]             # register of each read port (unused ports read r0)
-    mem_op: str | None
+    mem_op: str | None           # LD, ST, ATOM (the kind) or None
+    atom_op: str = "ADD"         # for ATOM: layout.ATOM_OPS
     mem_a: str = "zero"
     mem_imm: int = 0
     mem_data: str = "zero"
@@ -76,7 +80,7 @@ def encode_block(block: Block, fmt: CoreFormat, where: str = "block") -> BlockCo
                           f"executes {fmt.pre} / {fmt.post}")
     src = _Sources(fmt, where)
     slots = [SlotCode() for _ in range(fmt.slots)]
-    code = BlockCode(slots, [], block.mem.op if block.mem is not None else None)
+    code = BlockCode(slots, [], None)
     for k, ins in enumerate(block.pre):
         _alu_slot(fmt, k, ins, slots[k], src, where)
     if block.mem is not None:
@@ -87,8 +91,11 @@ def encode_block(block: Block, fmt: CoreFormat, where: str = "block") -> BlockCo
     code.term, code.taken, code.not_taken = t.kind, t.taken, t.not_taken
     if t.kind == "BR":
         code.cond = src.of(t.ra)
-    # only values a later block reads leave the block (each costs write-back tokens)
+    # only values a later block reads leave the block (each costs write-back tokens); an atomic's new word
+    # goes first, so the memory is updated before any register of this step changes
     code.writeback = sorted((r, s) for r, s in src.writer.items() if block.live_out >> r & 1)
+    if code.mem_op == "ATOM":
+        code.writeback.insert(0, (RECORD_REG, "atom"))
     code.reads = src.reads + [0] * (fmt.reads - len(src.reads))
     return code
 
@@ -114,10 +121,14 @@ def _alu_slot(fmt: CoreFormat, k: int, ins: Instr, s: SlotCode, src: _Sources, w
 
 
 def _mem_slot(ins: Instr, code: BlockCode, src: _Sources, where: str) -> None:
-    if ins.op not in ("LD", "ST"):
-        raise EncodeError(f"{where}: {ins.op} is not executed by the circuit yet (word LD and ST are)")
+    if ins.op not in GPU_MEM_OPS:
+        raise EncodeError(f"{where}: {ins.op} is not executed by the circuit yet (it executes "
+                          f"{', '.join(GPU_MEM_OPS)})")
+    code.mem_op = "ATOM" if ins.op.startswith("ATOM.") else ins.op
+    if code.mem_op == "ATOM":
+        code.atom_op = ins.op[5:]
     code.mem_a, code.mem_imm = src.of(ins.ra), ins.imm & 0xFFFFFFFF
-    if ins.op in STORE_OPS:
+    if ins.op in STORE_OPS or code.mem_op == "ATOM":
         code.mem_data = src.of(ins.rb)
-    elif ins.op in LOAD_OPS and ins.rd != ZERO:
-        src.writer[ins.rd] = "ld"
+    if (ins.op in LOAD_OPS or code.mem_op == "ATOM") and ins.rd != ZERO:
+        src.writer[ins.rd] = "ld"       # an atomic returns the old word, which is the loaded value

@@ -30,15 +30,18 @@ class GpuSpec:
 
     @property
     def wb_entries(self) -> int:
-        """Registers a block can write back: one per ALU slot and the load."""
-        return self.fmt.slots + 1
+        """Write-back entries of a block: one per ALU slot, the load, and an atomic's memory record."""
+        return self.fmt.slots + 2
 
     @property
     def wb_sources(self) -> tuple[str, ...]:
-        return tuple(f"s{k}" for k in range(self.fmt.slots)) + ("ld",)
+        return tuple(f"s{k}" for k in range(self.fmt.slots)) + ("ld", "atom")
 
 
-MEM_KINDS = ("none", "LD", "ST")
+MEM_KINDS = ("none", "LD", "ST", "ATOM")
+# atomics the GPU executes: new word = op(old, B) (lib.alu names; exch is B itself)
+ATOM_OPS = ("ADD", "MIN", "MAX", "MINU", "MAXU", "AND", "OR", "XOR", "EXCH")
+RECORD_REG = 15   # an atomic's new word travels like a register write-back to r15's row (never read as r15)
 TERM_KINDS = ("JMP", "BR", "BAR", "EXIT")
 
 
@@ -55,7 +58,7 @@ def rom_rows(spec: GpuSpec) -> dict[str, list[tuple[str, int]]]:
     rows["ctl"] = [("mem", bits_for(len(MEM_KINDS))), ("mema", bits_for(len(f.sources("mem", "a")))),
                    ("memd", bits_for(len(f.sources("mem", "b")))), ("cond", bits_for(len(f.sources("cond", "c")))),
                    ("term", bits_for(len(TERM_KINDS))), ("taken", bits_for(spec.blocks)),
-                   ("not_taken", bits_for(spec.blocks))]
+                   ("not_taken", bits_for(spec.blocks)), ("atom", bits_for(len(ATOM_OPS)))]
     rows["reads"] = [(f"r{i}", bits_for(spec.regs)) for i in range(f.reads)]
     rows["wbreg"] = [(f"reg{e}", bits_for(spec.regs)) for e in range(spec.wb_entries)]
     rows["wbsrc"] = [("count", bits_for(spec.wb_entries + 1))] + \

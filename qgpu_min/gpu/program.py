@@ -9,8 +9,8 @@ from __future__ import annotations
 from ..errors import QgpuError
 from ..machine.isa import BlockFormat, CapacityError, Program
 from .datapath import ALL_ALU_OPCODES
-from .encode import BlockCode, encode_block
-from .layout import MEM_KINDS, PAY_BITS, TERM_KINDS, GpuSpec, field_offsets, rom_rows
+from .encode import GPU_MEM_OPS, BlockCode, encode_block
+from .layout import ATOM_OPS, MEM_KINDS, PAY_BITS, TERM_KINDS, GpuSpec, field_offsets, rom_rows
 from .vocab import Token
 
 
@@ -23,7 +23,7 @@ def block_format(spec: GpuSpec) -> BlockFormat:
     f = spec.fmt
     pre = tuple(frozenset(f.opcodes(k)) for k in range(f.pre))
     post = tuple(frozenset(f.opcodes(k)) for k in range(f.pre, f.slots))
-    return BlockFormat(f.pre, f.post, pre, post, f.reads, frozenset({"LD", "ST"}))
+    return BlockFormat(f.pre, f.post, pre, post, f.reads, frozenset(GPU_MEM_OPS))
 
 
 def _pack(fields: list[tuple[str, int]], values: dict[str, int]) -> int:
@@ -46,7 +46,8 @@ def _rom_values(code: BlockCode, spec: GpuSpec) -> dict[str, dict[str, int]]:
     out["memimm"] = {"imm": code.mem_imm}
     out["ctl"] = {"mem": MEM_KINDS.index(code.mem_op or "none"), "mema": code.index(f, "mem", "a"),
                   "memd": code.index(f, "mem", "b"), "cond": code.index(f, "cond", "c"),
-                  "term": TERM_KINDS.index(code.term), "taken": code.taken, "not_taken": code.not_taken}
+                  "term": TERM_KINDS.index(code.term), "taken": code.taken, "not_taken": code.not_taken,
+                  "atom": ATOM_OPS.index(code.atom_op)}
     out["reads"] = {f"r{i}": r for i, r in enumerate(code.reads)}
     out["wbreg"] = {f"reg{e}": r for e, (r, _) in enumerate(code.writeback)}
     out["wbsrc"] = {"count": len(code.writeback)}
