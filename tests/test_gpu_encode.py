@@ -121,11 +121,18 @@ def test_writeback_lists_only_live_out_registers() -> None:
     assert encode_block(b, FMT).writeback == [(3, "s1"), (4, "ld")]
 
 
+def test_atomic_record_is_the_first_writeback() -> None:
+    b = Block(mem=Instr("ATOM.ADD", 4, 2, 3), live_out=(1 << 4) | (1 << 1))
+    code = encode_block(b, FMT)
+    assert code.mem_op == "ATOM" and code.atom_op == "ADD"
+    assert code.writeback == [(15, "atom"), (4, "ld")]
+
+
 def test_encode_errors_name_the_block() -> None:
     b = Block([Instr("ADD", 1, 2, 3), Instr("ADD", 4, 5, 6), Instr("ADD", 7, 8, 9)])
     with pytest.raises(EncodeError, match="B3: reads more than 4"):
         encode_block(b, FMT, "B3")
-    with pytest.raises(EncodeError, match="ATOM.ADD is not executed"):
-        encode_block(Block(mem=Instr("ATOM.ADD", 1, 2, 3)), FMT, "B0")
+    with pytest.raises(EncodeError, match="ATOM.CAS is not executed"):
+        encode_block(Block(mem=Instr("ATOM.CAS", 1, 2, 3, 4)), FMT, "B0")
     with pytest.raises(EncodeError, match="4 pre"):
         encode_block(Block([Instr("ADD", 1, 1, 1)] * 4), FMT, "B0")
