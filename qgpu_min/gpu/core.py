@@ -33,8 +33,8 @@ from ..circuit import lib
 from ..circuit.compile import OutputCode
 from ..circuit.ir import CONST, Circuit, Group, Word, const_bit, decode_view, onehot_bits, view
 from .datapath import BlockFields, SlotFields, lane_datapath, post_slots
-from .layout import (ATOM_OPS, KINDS, MEM_KINDS, PAY_BITS, RECORD_REG, TERM_KINDS, GpuSpec, field_offsets,
-                     rom_rows)
+from .layout import (ATOM_OPS, KINDS, MEM_KINDS, PAY_BITS, RECORD_REG, SMALL_BITS, TERM_KINDS, WB_PAYLOADS,
+                     GpuSpec, field_offsets, rom_rows)
 
 # the atomic ALU's op one-hot follows layout.ATOM_OPS: lib.alu ops, with EXCH as the extra word (B itself)
 ATOM_ALU = tuple(op.lower() for op in ATOM_OPS if op != "EXCH")
@@ -95,7 +95,9 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     # ---- embedding fields -------------------------------------------------------------------------
     kind = c.input("kind", len(KINDS))
     pay = [c.input(f"pay[{i}]", 3) for i in range(PAY_BITS)]        # prompt payload (bit, or absent)
-    wpay = [c.input(f"wpay[{i}]", 3) for i in range(PAY_BITS)]      # write-back payload
+    # write-back payloads, one group per token role, so a source is present only on its own role's token
+    # (the register file's assembled source must be absent on a w1, whose value comes through 'now')
+    wpay = {r: [c.input(f"{r}pay[{i}]", 3) for i in range(n)] for r, n in WB_PAYLOADS.items()}
     x_b, x_l, x_e = c.input("x_b", B), c.input("x_l", L), c.input("x_e", W)
     x_rom = c.input("x_rom", n_rom * B + 2)          # (row m, block b) = m * B + b; then none, init-all
     x_mem = c.input("x_mem", spec.mem_words + 1)     # a word address, or none
@@ -143,22 +145,30 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
 
     # ---- register file: rows lane * regs + r ----------------------------------------------------------
     R = spec.regs
-    is_w3 = _kind_is(kind, "w3")
+    ends = _kind_is(kind, "w3", "w1")      # the token that completes a write-back entry writes the register
+    is_w1 = _kind_is(kind, "w1")
     units = [lib.and_unit([(is_init, 1)], ((L * R + 1, 1), (L * R, -1)))]
     for l in range(L):
         for e in range(W):
             for r in range(R):      # r15's row is the scratch of an atomic's record (layout.RECORD_REG)
-                units.append(lib.and_unit([(is_w3, 1), (cur_l, l), (x_e, e), (wb_reg[e], r)],
+                units.append(lib.and_unit([(ends, 1), (cur_l, l), (x_e, e), (wb_reg[e], r)],
                                           ((l * R + r, 1), (L * R, -1))))
     reg_waddr = c.gate("regs.w", L * R + 2, L * R, units)
     reg_raddr = [c.gate(f"regs.r{i}", L * R, 0, [lib.and_unit([(cur_l, l), (read_reg[i], r)], ((l * R + r, 1), (0, -1)))
                                                    for l in range(L) for r in range(R) if l or r])
                  for i in range(fmt.reads)]
     scratch_raddr = decode_view(cur_l, L * R, lambda l: l * R + RECORD_REG, "regs.scratch")
-    *regs, scratch = c.access(c.memory("regs", L * R, (2,) * 32), reg_waddr, _zero_on_init(kind, 32),
-                              reg_raddr + [scratch_raddr], alternatives=_payload_alternatives(wpay, (2, 1, 0)))
+    # 'now' source: 0 on init, a w1's sign-extended small value; the alternative: a w3's three tokens
+    reg_now = [c.gate(f"regs.now[{i}]", 3, ABSENT,
+                      [lib.and_unit([(is_init, 1)], ((0, 1), (ABSENT, -1)))]
+                      + [lib.and_unit([(is_w1, 1), (wpay["w1"][min(i, SMALL_BITS - 1)], v)], ((v, 1), (ABSENT, -1)))
+                         for v in (0, 1)]) for i in range(32)]
+    assembled = [(i, wpay[r][i - lo], tap) for r, lo, tap in (("wa", 0, 2), ("wb", PAY_BITS, 1), ("w3", 2 * PAY_BITS, 0))
+                 for i in range(lo, min(lo + PAY_BITS, 32))]
+    *regs, scratch = c.access(c.memory("regs", L * R, (2,) * 32), reg_waddr, reg_now,
+                              reg_raddr + [scratch_raddr], alternatives=assembled)
     # a W3 whose entry is the record (register r15) writes the assembled word to memory too
-    record = c.gate("record", 2, 0, [lib.and_unit([(is_w3, 1), (x_e, e), (wb_reg[e], RECORD_REG)], lib.SET)
+    record = c.gate("record", 2, 0, [lib.and_unit([(ends, 1), (x_e, e), (wb_reg[e], RECORD_REG)], lib.SET)
                                      for e in range(W)])
 
     # ---- specials (v1: one warp, one CTA, a 1-D block) ----------------------------------------------
@@ -260,8 +270,8 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
                                       [dec_kind, dec_b, dec_l], [_const_row(1, 0)])[0]
 
     # ---- outbox and write-back pointer --------------------------------------------------------------
-    ptr_value = c.gate("ptr.v", W + 1, 0, [lib.and_unit([(is_w3, 1), (x_e, e)], ((e + 1, 1), (0, -1))) for e in range(W)])
-    (ptr,) = c.access(c.memory("ptr", 1, (W + 1,)), _row0_when(kind, "exec", "w3", "init"), [ptr_value],
+    ptr_value = c.gate("ptr.v", W + 1, 0, [lib.and_unit([(ends, 1), (x_e, e)], ((e + 1, 1), (0, -1))) for e in range(W)])
+    (ptr,) = c.access(c.memory("ptr", 1, (W + 1,)), _row0_when(kind, "exec", "w3", "w1", "init"), [ptr_value],
                       [_const_row(1, 0)])[0]
 
     # ---- the next token's code ------------------------------------------------------------------------
@@ -271,7 +281,7 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
         if e:
             estar_units += [lib.and_unit([k["wa"], (ptr, e)], ((e, 1), (0, -1))),
                             lib.and_unit([k["wb"], (ptr, e)], ((e, 1), (0, -1)))]
-        estar_units.append(lib.and_unit([k["w3"], (x_e, e)], ((e + 1, 1), (0, -1))))
+        estar_units.append(lib.and_unit([(ends, 1), (x_e, e)], ((e + 1, 1), (0, -1))))
     estar = c.gate("wb.entry", W + 1, 0, estar_units)            # the entry whose bits go out next
     more = c.gate("wb.more", 2, 0, [lib.and_unit([(estar, e), (wb_count, n)], lib.SET)
                                     for e in range(W) for n in range(e + 1, W + 1)])
@@ -287,30 +297,36 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     is_last = decode_view(src, 2, lambda e: int(spec.wb_sources[e] == last), "wb.src.last")
     value = lib.mux_word(c, is_last, box[last], partial, "wb.value")
     K = {n: KINDS.index(n) for n in KINDS}
+    # the next entry goes out in one w1 token when its value is a sign-extended SMALL_BITS number
+    fits = c.gate("wb.fits", 2, 0, [lib.and_unit([(value[i], v) for i in range(SMALL_BITS - 1, 32)], lib.SET)
+                                    for v in (0, 1)])
+    starts = c.gate("wb.starts", 2, 0, [lib.and_unit([k["exec"], (fault, 0), (more, 1)], lib.SET),
+                                        lib.and_unit([(ends, 1), (more, 1)], lib.SET)])
+    after = c.gate("wb.after", 2, 0, [lib.and_unit([k["exec"], (fault, 0), (more, 0)], lib.SET),
+                                      lib.and_unit([(ends, 1), (more, 0)], lib.SET)])   # the step's tokens are done
 
     def to(n: str) -> tuple:
         return ((K[n], 1), (K["halt"], -1))
     kind_out = c.gate("out.kind", len(KINDS), K["halt"], [
-        lib.and_unit([k["exec"], (fault, 0), (more, 1)], to("wa")),
-        lib.and_unit([k["exec"], (fault, 0), (more, 0), (dec_kind, 1)], to("exec")),
+        lib.and_unit([(starts, 1), (fits, 0)], to("wa")),
+        lib.and_unit([(starts, 1), (fits, 1)], to("w1")),
+        lib.and_unit([k["exec"], (after, 1), (dec_kind, 1)], to("exec")),
         lib.and_unit([k["exec"], (fault, 1)], to("fault")),
         lib.and_unit([k["go"], (dec_kind, 1)], to("exec")),
         lib.and_unit([k["wa"]], to("wb")),
         lib.and_unit([k["wb"]], to("w3")),
-        lib.and_unit([k["w3"], (more, 1)], to("wa")),
-        lib.and_unit([k["w3"], (more, 0), (nxt_kind, 1)], to("exec"))])
-    exec_now = [k["exec"], (fault, 0), (more, 0)]
-    b_out = c.gate("out.b", B, 0, [lib.and_unit(exec_now + [(dec_b, v)], ((v, 1), (0, -1))) for v in range(1, B)]
+        lib.and_unit([(ends, 1), (after, 1), (nxt_kind, 1)], to("exec"))])
+    b_out = c.gate("out.b", B, 0, [lib.and_unit([k["exec"], (after, 1), (dec_b, v)], ((v, 1), (0, -1))) for v in range(1, B)]
                    + [lib.and_unit([k["go"], (dec_b, v)], ((v, 1), (0, -1))) for v in range(1, B)]
-                   + [lib.and_unit([k["w3"], (more, 0), (nxt_b, v)], ((v, 1), (0, -1))) for v in range(1, B)])
-    l_out = c.gate("out.l", L, 0, [lib.and_unit(exec_now + [(dec_l, v)], ((v, 1), (0, -1))) for v in range(1, L)]
+                   + [lib.and_unit([(ends, 1), (after, 1), (nxt_b, v)], ((v, 1), (0, -1))) for v in range(1, B)])
+    l_out = c.gate("out.l", L, 0, [lib.and_unit([k["exec"], (after, 1), (dec_l, v)], ((v, 1), (0, -1))) for v in range(1, L)]
                    + [lib.and_unit([k["go"], (dec_l, v)], ((v, 1), (0, -1))) for v in range(1, L)]
-                   + [lib.and_unit([k["w3"], (more, 0), (nxt_l, v)], ((v, 1), (0, -1))) for v in range(1, L)])
-    e_out = c.gate("out.e", W, 0, [lib.and_unit([k["wb"], (ptr, e)], ((e, 1), (0, -1))) for e in range(1, W)])
+                   + [lib.and_unit([(ends, 1), (after, 1), (nxt_l, v)], ((v, 1), (0, -1))) for v in range(1, L)])
+    e_out = c.gate("out.e", W, 0, [lib.and_unit([k["wb"], (ptr, e)], ((e, 1), (0, -1))) for e in range(1, W)]
+                   + [lib.and_unit([(starts, 1), (fits, 1), (estar, e)], ((e, 1), (0, -1))) for e in range(1, W)])
     pay_out = []
     for i in range(PAY_BITS):
-        units = [lib.and_unit([k["exec"], (fault, 0), (more, 1), (value[i], 1)], lib.SET),
-                 lib.and_unit([k["w3"], (more, 1), (value[i], 1)], lib.SET),
+        units = [lib.and_unit([(starts, 1), (value[i], 1)] + ([(fits, 0)] if i >= SMALL_BITS else []), lib.SET),
                  lib.and_unit([k["wa"], (value[PAY_BITS + i], 1)], lib.SET)]
         if 2 * PAY_BITS + i < 32:
             units.append(lib.and_unit([k["wb"], (value[2 * PAY_BITS + i], 1)], lib.SET))
@@ -320,7 +336,7 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     pairs += list(zip(pay_out, code_in["pay"]))
     for g, _ in pairs:
         c.output(g)
-    inputs = {"kind": kind, "pay": pay, "wpay": wpay, "x_b": x_b, "x_l": x_l, "x_e": x_e, "x_rom": x_rom,
+    inputs = {"kind": kind, "pay": pay, **{f"{r}_pay": g for r, g in wpay.items()}, "x_b": x_b, "x_l": x_l, "x_e": x_e, "x_rom": x_rom,
               "x_mem": x_mem, "x_n": x_n}
     probes = {"cur_b": cur_b, "cur_l": cur_l, "results": out.results, "loaded": loaded, "address": addr,
               "cond": out.cond, "fault": fault, "pcs": pcs, "exited": exited, "outs": outs}

@@ -10,9 +10,13 @@ from .datapath import CoreFormat
 # rom / mem (write the word assembled from the three preceding pay tokens into a ROM row / a memory
 # word), launch (the launch shape), go (end of the prompt: the model answers with the first EXEC).
 # Generated: exec (run a block for one lane), wa / wb / w3 (a register write-back: bits 0-11, 12-23,
-# 24-31; the w3 token writes the register), halt, fault (a memory access outside memory or misaligned).
-KINDS = ("init", "pay", "rom", "mem", "launch", "go", "exec", "wa", "wb", "w3", "halt", "fault")
+# 24-31; the w3 token writes the register), w1 (a whole write-back of a value in [-128, 128)), halt,
+# fault (a memory access outside memory or misaligned).
+KINDS = ("init", "pay", "rom", "mem", "launch", "go", "exec", "wa", "wb", "w3", "w1", "halt", "fault")
 PAY_BITS = 12
+SMALL_BITS = 8        # a w1 token carries a whole write-back whose value is an 8-bit signed number
+# payload bits each write-back token kind carries: bits 0-11, 12-23, 24-31 of a word, or a small value
+WB_PAYLOADS = {"wa": PAY_BITS, "wb": PAY_BITS, "w3": 32 - 2 * PAY_BITS, "w1": SMALL_BITS}
 
 
 def bits_for(n: int) -> int:

@@ -85,7 +85,7 @@ def run_launch(cg: CompiledGpu, prompt: list[Token], mode: str = "fp32", max_gen
             on_token(len(generated) - 1, t, state)
         if t[0] in ("halt", "fault"):
             break
-        if t[0] not in ("exec", "wa", "wb", "w3"):
+        if t[0] not in ("exec", "wa", "wb", "w3", "w1"):
             raise GpuLaunchError(f"generated token {len(generated) - 1} is {token_name(t)}, which the protocol does "
                                  f"not allow during a launch (tokens so far: "
                                  f"{' '.join(token_name(x) for x in generated[-8:])})")

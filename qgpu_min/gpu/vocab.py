@@ -1,7 +1,7 @@
 """The GPU's token vocabulary: every token, its embedding fields, its output code, and its name.
 
 A token is a tuple: ("init",), ("pay", v), ("rom", m, b), ("mem", a), ("launch", n), ("go",),
-("exec", b, l), ("wa", v), ("wb", v), ("w3", e, v), ("halt",), ("fault",). Its embedding sets every
+("exec", b, l), ("wa", v), ("wb", v), ("w3", e, v), ("w1", e, v), ("halt",), ("fault",). Its embedding sets every
 input group of the circuit (core.build): the fields it carries, defaults elsewhere; its code groups say
 which token it is, so the circuit's output code picks it by argmax.
 """
@@ -12,7 +12,7 @@ from functools import cached_property
 import numpy as np
 
 from .core import ABSENT, GpuCircuit
-from .layout import KINDS, PAY_BITS, GpuSpec, rom_rows
+from .layout import KINDS, PAY_BITS, SMALL_BITS, WB_PAYLOADS, GpuSpec, rom_rows
 
 Token = tuple
 
@@ -28,6 +28,7 @@ def all_tokens(spec: GpuSpec) -> list[Token]:
     toks += [("exec", b, l) for b in range(spec.blocks) for l in range(spec.lanes)]
     toks += [("wa", v) for v in range(1 << PAY_BITS)] + [("wb", v) for v in range(1 << PAY_BITS)]
     toks += [("w3", e, v) for e in range(spec.wb_entries) for v in range(256)]
+    toks += [("w1", e, v) for e in range(spec.wb_entries) for v in range(1 << SMALL_BITS)]
     toks += [("halt",), ("fault",)]
     return toks
 
@@ -36,8 +37,8 @@ def token_name(t: Token) -> str:
     kind = t[0]
     if kind == "exec":
         return f"EXEC b={t[1]} l={t[2]}"
-    if kind == "w3":
-        return f"W3 e={t[1]} v={t[2]}"
+    if kind in ("w3", "w1"):
+        return f"{kind.upper()} e={t[1]} v={t[2]}"
     if kind == "rom":
         return f"ROM m={t[1]} b={t[2]}"
     if len(t) == 2:
@@ -72,7 +73,8 @@ class Vocab:
         f = {inp["kind"]: KINDS.index(kind), inp["x_b"]: 0, inp["x_l"]: 0, inp["x_e"]: 0,
              inp["x_rom"]: n_rom * spec.blocks, inp["x_mem"]: spec.mem_words, inp["x_n"]: 0,
              code["kind"]: KINDS.index(kind), code["b"]: 0, code["l"]: 0, code["e"]: 0}
-        pay, wpay, cpay = [ABSENT] * PAY_BITS, [ABSENT] * PAY_BITS, [0] * PAY_BITS
+        pay, cpay = [ABSENT] * PAY_BITS, [0] * PAY_BITS
+        wpay = {r: [ABSENT] * n for r, n in WB_PAYLOADS.items()}
         if kind == "init":
             f[inp["x_rom"]] = n_rom * spec.blocks + 1
         elif kind == "pay":
@@ -87,12 +89,16 @@ class Vocab:
             f[inp["x_b"]] = f[code["b"]] = t[1]
             f[inp["x_l"]] = f[code["l"]] = t[2]
         elif kind in ("wa", "wb"):
-            wpay = cpay = _bits(t[1])
-        elif kind == "w3":
+            wpay[kind] = cpay = _bits(t[1])
+        elif kind in ("w3", "w1"):
             f[inp["x_e"]] = f[code["e"]] = t[1]
-            wpay = cpay = _bits(t[2])
+            cpay = _bits(t[2])
+            wpay[kind] = cpay[:WB_PAYLOADS[kind]]
         for i in range(PAY_BITS):
-            f[inp["pay"][i]], f[inp["wpay"][i]], f[code["pay"][i]] = pay[i], wpay[i], cpay[i]
+            f[inp["pay"][i]], f[code["pay"][i]] = pay[i], cpay[i]
+        for r, bits in wpay.items():
+            for i, b in enumerate(bits):
+                f[inp[f"{r}_pay"][i]] = b
         return f
 
     @cached_property
@@ -106,7 +112,7 @@ class Vocab:
         kind = KINDS[code["kind"]]
         v = sum(b << i for i, b in enumerate(code["pay"]))
         t = {"exec": ("exec", code["b"], code["l"]), "wa": ("wa", v), "wb": ("wb", v),
-             "w3": ("w3", code["e"], v)}.get(kind, (kind,))
+             "w3": ("w3", code["e"], v), "w1": ("w1", code["e"], v)}.get(kind, (kind,))
         if t not in self.ids:
             raise ValueError(f"the circuit produced code {code}, which names no token")
         return t
