@@ -4,7 +4,7 @@ Why this oracle is independent of the circuit: every expected token and every ex
 memory word comes from the reference interpreter (qgpu_min.machine.interp), which executes the machine
 program by register names on Python integers. From the GPU side it takes only what the host itself
 sends or legitimately knows: the launch protocol (docs/machine.md ordering: warp steps, active lanes in
-increasing order, write-back entries in register order, 12/12/8-bit parts) and the ROM's write-back list
+increasing order, each write-back as 12/12/8-bit parts or one small value) and the ROM's write-back list
 (encode.encode_block, the same table the prompt carries). Nothing here reads a circuit group, a weight
 or the IR simulator; the model's state is only *read* to compare it against the interpreter.
 
@@ -13,12 +13,15 @@ machine MEM_WORDS, so an access the machine allows may fault on the GPU. _GpuMac
 inside the interpreter's own address computation, and records the first fault of a step instead of
 raising it, so the lanes before the faulting one finish the step (the GPU runs them in full, in lane
 order, before the faulting lane's EXEC answers FAULT). Lanes are independent within a step for every
-block the GPU runs (word LD/ST and ALU ops: no shuffles, votes or atomics), so their values are exact.
+block the GPU runs (ALU ops, word LD/ST, atomics in lane order: no shuffles or votes), so their values
+are exact. The same subclass notes the word each lane's atomic leaves in memory (its record write-back).
 
 Token protocol checked (core.py): per warp step, per active lane l ascending: ("exec", block, l), then
-for each write-back entry e (register r, in register order) ("wa", v & 0xfff), ("wb", v >> 12 & 0xfff),
-("w3", e, v >> 24), v = lane l's r after the block; finally ("halt",), or ("fault",) right after the
-EXEC of the first lane whose access is outside the GPU's memory or misaligned.
+one write-back per entry e of encode_block(block).writeback, in order: its value v (lane l's register
+after the block; for an atomic's record, entry 0, the memory word lane l's atomic left) goes out as
+("w1", e, v & 0xff) when v is a sign-extended 8-bit number, else as ("wa", v & 0xfff),
+("wb", v >> 12 & 0xfff), ("w3", e, v >> 24); finally ("halt",), or ("fault",) right after the EXEC of
+the first lane whose access is outside the GPU's memory or misaligned.
 
 State checked (Checker): when the token after a lane step is generated (EXEC or HALT), that lane's
 registers live after the block; when it also begins a new warp step, the data memory. Memory is not
@@ -37,10 +40,10 @@ from ..machine import interp
 from ..machine.interp import MemoryFault, StepRecord
 from ..machine.isa import DEFAULT_STEP_LIMIT, MASK32, Program, check_program
 from .encode import BlockCode, encode_block
-from .layout import PAY_BITS, GpuSpec
+from .layout import PAY_BITS, RECORD_REG, SMALL_BITS, GpuSpec
 from .vocab import Token, token_name
 
-# the three write-back parts: (token kind, first bit, bits)
+# the three parts of a wide write-back: (token kind, first bit, bits)
 WB_PARTS = (("wa", 0, PAY_BITS), ("wb", PAY_BITS, PAY_BITS), ("w3", 2 * PAY_BITS, 32 - 2 * PAY_BITS))
 
 
@@ -55,13 +58,13 @@ class CheckError(QgpuError):
 @dataclass(frozen=True)
 class StepInfo:
     """Where an expected token belongs. HALT: block and lane None, record = the last step's."""
-    step: int                          # interpreter warp step, from 1 (0: a launch with no step)
+    step: int                          # interpreter warp step, from 1
     cta: int
     warp: int
     block: int | None
     lane: int | None
     entry: int | None = None           # write-back tokens: the entry, its register, the full value
-    reg: int | None = None
+    reg: int | None = None             # layout.RECORD_REG: an atomic's record (the value is a memory word)
     value: int | None = None
     live: tuple[int, ...] = ()         # EXEC: the registers live after the block (compared after it)
     record: StepRecord | None = field(default=None, compare=False, repr=False)
@@ -71,29 +74,44 @@ class StepInfo:
             return f"after step {self.step} (CTA {self.cta}, warp {self.warp})"
         return f"step {self.step}, CTA {self.cta}, warp {self.warp}, block B{self.block}, lane {self.lane}"
 
+    def target(self) -> str:
+        """What a write-back token writes: a register, or the memory word of an atomic."""
+        return "the atomic's new memory word" if self.reg == RECORD_REG else f"r{self.reg}"
+
 
 # ---- the interpreter, bounded by the GPU's memory ------------------------------------------------------
 
 @dataclass(frozen=True)
 class _Fault:
     step: int
-    cta: int
-    warp: int
     lane: int
     message: str
 
 
 class _GpuMachine(interp._Machine):
-    """The interpreter with the GPU's (smaller) memory: an access outside spec.mem_words words or
-    misaligned is recorded as the step's fault. The access is then redirected to word 0 so that the step
-    completes for the other lanes; the launch is cut after this step, so nothing it wrote is used."""
+    """The interpreter with the GPU's (smaller) memory, and a note of what each lane's atomic wrote.
+
+    An access outside spec.mem_words words or misaligned is recorded as the step's fault and redirected
+    to word 0, so that the step completes for the other lanes; the launch is cut after this step, so
+    nothing it wrote is used. Every access goes through _addr in lane order, so at a lane's access the
+    previous lane's atomic has written its word: that word is its record write-back."""
 
     def __init__(self, program: Program, memory: list[int], step_limit: int, words: int) -> None:
         super().__init__(program, memory, step_limit, trace=False)
         self.words = words
         self.fault: _Fault | None = None
+        self.atom_words: dict[tuple[int, int], int] = {}      # (step, lane) -> the word its atomic left
+        self._pending: tuple[int, int, int] | None = None      # (step, lane, address) of the last atomic
+
+    def settle(self) -> None:
+        """Note the word the last atomic left (called before the next access and after each step)."""
+        if self._pending is not None:
+            step, lane, addr = self._pending
+            self.atom_words[step, lane] = self.mem[addr >> 2]
+            self._pending = None
 
     def _addr(self, w, lane: int, ins, size: int) -> int:
+        self.settle()
         try:
             addr = super()._addr(w, lane, ins, size)      # the machine's own checks first
             if addr + size > self.words * 4:
@@ -101,8 +119,10 @@ class _GpuMachine(interp._Machine):
                                   f"{addr:#x} is outside the GPU's {self.words} words")
         except MemoryFault as e:
             if self.fault is None:           # lane order: the first is the lane the GPU stops at
-                self.fault = _Fault(self.steps, self.cta, w.index, lane, str(e))
+                self.fault = _Fault(self.steps, lane, str(e))
             return 0
+        if ins.op.startswith("ATOM."):
+            self._pending = (self.steps, lane, addr)
         return addr
 
 
@@ -124,13 +144,26 @@ def _exec_token(rec: StepRecord, lane: int) -> Token:
     return ("exec", rec.block, lane)
 
 
-def _writeback_tokens(rec: StepRecord, lane: int, code: BlockCode) -> list[tuple[Token, StepInfo]]:
+def _is_small(v: int) -> bool:
+    """v (unsigned 32-bit) is a sign-extended SMALL_BITS number: it fits one w1 token."""
+    half = 1 << (SMALL_BITS - 1)
+    return v < half or v >= (1 << 32) - half
+
+
+def writeback_tokens(e: int, v: int) -> list[Token]:
+    """The tokens of write-back entry e carrying the 32-bit value v."""
+    if _is_small(v):
+        return [("w1", e, v & ((1 << SMALL_BITS) - 1))]
+    wa, wb, w3 = ((v >> lo) & ((1 << n) - 1) for _, lo, n in WB_PARTS)
+    return [("wa", wa), ("wb", wb), ("w3", e, w3)]
+
+
+def _lane_writebacks(m: _GpuMachine, rec: StepRecord, lane: int, code: BlockCode) -> list[tuple[Token, StepInfo]]:
     out = []
-    for e, (r, _src) in enumerate(code.writeback):
-        v = rec.regs[lane][r]
+    for e, (r, src) in enumerate(code.writeback):
+        v = m.atom_words[rec.step, lane] if src == "atom" else rec.regs[lane][r]
         info = StepInfo(rec.step, rec.cta, rec.warp, rec.block, lane, e, r, v, record=rec)
-        parts = [(v >> lo) & ((1 << n) - 1) for _, lo, n in WB_PARTS]
-        out += [(("wa", parts[0]), info), (("wb", parts[1]), info), (("w3", e, parts[2]), info)]
+        out += [(t, info) for t in writeback_tokens(e, v)]
     return out
 
 
@@ -147,6 +180,7 @@ def expected_tokens(program: Program, memory: list[int], threads: int, spec: Gpu
     m, records = _records(program, memory, threads, spec, step_limit)
     last: StepRecord | None = None
     for rec in records:
+        m.settle()
         blk = program.blocks[rec.block]
         if rec.block not in codes:
             codes[rec.block] = encode_block(blk, spec.fmt, f"block B{rec.block}")
@@ -157,29 +191,30 @@ def expected_tokens(program: Program, memory: list[int], threads: int, spec: Gpu
                                                           live=live, record=rec)))
             if fault is not None and lane == fault.lane:
                 return out + [(("fault",), StepInfo(rec.step, rec.cta, rec.warp, rec.block, lane, record=rec))]
-            out += _writeback_tokens(rec, lane, codes[rec.block])
+            out += _lane_writebacks(m, rec, lane, codes[rec.block])
         last = rec
-    end = StepInfo(last.step, last.cta, last.warp, None, None, record=last) if last else StepInfo(0, 0, 0, None, None)
-    return out + [(("halt",), end)]
+    assert last is not None, "a launch runs at least one step"
+    return out + [(("halt",), StepInfo(last.step, last.cta, last.warp, None, None, record=last))]
 
 
 # ---- the checker -------------------------------------------------------------------------------------
 
 def _hex_known(value: int, known_bits: int) -> str:
-    """value's 8 hex digits with the digits above known_bits (not yet generated) shown as '?'."""
-    digits = f"{value & MASK32:08x}"
+    """value's 8 hex digits, those above known_bits (not generated) shown as '?' (parts are whole digits)."""
     k = known_bits // 4
-    return "0x" + "?" * (8 - k) + digits[8 - k:]
+    return "0x" + "?" * (8 - k) + f"{value & MASK32:08x}"[8 - k:]
 
 
-def _found_value(token: Token, info: StepInfo) -> str:
-    """What the generated write-back part makes of the register: the entry's earlier parts matched."""
+def _found_value(token: Token, want: Token, info: StepInfo) -> str:
+    """What the generated token makes of the write-back value, as far as it is known: the entry's earlier
+    parts were generated as expected (the checker stops at the first difference)."""
+    if token[0] == "w1":
+        v = token[2]
+        return f"{(v - (1 << SMALL_BITS) if v >> (SMALL_BITS - 1) else v) & MASK32:#010x}"
     for kind, lo, n in WB_PARTS:
-        if token[0] == kind:
-            part = token[-1]
-            v = (info.value & ((1 << lo) - 1)) | (part << lo)
-            return _hex_known(v, lo + n)
-    return "?"
+        if token[0] == kind and (kind == "wa" or want[0] == kind):
+            return _hex_known((info.value & ((1 << lo) - 1)) | (token[-1] << lo), lo + n)
+    return f"no write-back ({token_name(token)})"
 
 
 def _row_word(row) -> int:
@@ -215,8 +250,11 @@ class Checker:
             if token[0] == "halt" or (info.step, info.cta, info.warp) != (self.open.step, self.open.cta,
                                                                            self.open.warp):
                 self._check_memory(i, state, self.open.record)
-        # a FAULT ends the launch inside the faulting lane's step: nothing after its EXEC is complete
-        self.open = info if token[0] == "exec" else None
+        if token[0] == "exec":
+            self.open = info
+        elif token[0] in ("halt", "fault"):
+            # a FAULT ends the launch inside the faulting lane's step: nothing after its EXEC is complete
+            self.open = None
         self.checked = i + 1
 
     # ---- tokens ----------------------------------------------------------------------------------
@@ -228,9 +266,9 @@ class Checker:
         if token == want:
             return info
         msg = f"generated token {i}: expected {token_name(want)}, found {token_name(token)} at {info.where()}"
-        if info.reg is not None:
-            msg += (f"; write-back entry {info.entry}: r{info.reg} expected {info.value:#010x}, found "
-                    f"{_found_value(token, info) if token[0] == want[0] else 'no ' + want[0].upper() + ' token'}")
+        if info.entry is not None:
+            msg += (f"; write-back entry {info.entry}: {info.target()} expected {info.value:#010x}, found "
+                    f"{_found_value(token, want, info)}")
         raise CheckError(msg, i)
 
     # ---- state -----------------------------------------------------------------------------------
