@@ -15,6 +15,7 @@ entries and the last rename wins.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import sys
@@ -24,14 +25,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..circuit import compile as compile_module, run as run_module
+from ..circuit import compile as compile_module, ir as ir_module, run as run_module
 from ..circuit.compile import BaseShape, Coo, LayerWeights, Plan, check_exact_weights, emit, plan
-from ..circuit.ir import CONST, Circuit, Gate, Group, MemOp
+from ..circuit.ir import CONST, Circuit, Gate, Group, Unit
 from ..circuit.margin import static_check
 from ..circuit.run import embedding_rows
 from ..model.bf16 import bf16_to_f32
-from .core import GpuCircuit, build
 from . import layout as layout_module, vocab as vocab_module
+from .core import GpuCircuit, build
 from .layout import GpuSpec
 from .model import CompiledGpu
 from .program import GpuLaunchError
@@ -42,7 +43,7 @@ FORMAT_VERSION = 1
 
 # The code that turns a circuit definition into weights and embedding rows. Its text is part of the key,
 # so an entry written before the compiler changed is never taken for the new compiler's output.
-_COMPILER_MODULES = (compile_module, run_module, vocab_module, layout_module)
+_COMPILER_MODULES = (ir_module, compile_module, run_module, vocab_module, layout_module)
 
 Progress = Callable[[str], None]
 
@@ -54,7 +55,9 @@ Progress = Callable[[str], None]
 class _Canon:
     """Canonical text of circuit objects, independent of object identity: a root group is named by the
     index of its first appearance (declared there with its name and size), a view by its root and its
-    permutation, CONST by 'C'."""
+    permutation, CONST by 'C'. Other IR objects (memory ops, memories, address products, the output code,
+    the spec) are written field by field from their dataclass fields, so a field added to the IR is hashed
+    without changing this class; an object of a kind it cannot write raises instead of being left out."""
 
     def __init__(self) -> None:
         self.parts: list[str] = []
@@ -79,45 +82,55 @@ class _Canon:
             self.parts.append(f"G{i}={root.name!r}:{root.size}\n")  # precedes the record that uses it
         return f"#{i}"
 
-    def refs(self, gs) -> str:
-        return ",".join(self.ref(g) for g in gs)
+    def value(self, x) -> str:
+        """Any IR value: groups by reference, dataclasses by their fields, containers element-wise."""
+        if isinstance(x, Group):
+            return self.ref(x)
+        if x is None or isinstance(x, (bool, int, float, str)):
+            return repr(x)
+        if isinstance(x, np.generic):
+            return repr(x.item())
+        if isinstance(x, (tuple, list)):
+            return "(" + ",".join(self.value(v) for v in x) + ")"
+        if isinstance(x, dict):  # built in a fixed order by the circuit's construction
+            return "{" + ",".join(f"{self.value(k)}:{self.value(v)}" for k, v in x.items()) + "}"
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            fields = ",".join(f"{f.name}={self.value(getattr(x, f.name))}" for f in dataclasses.fields(x))
+            return f"{type(x).__name__}{{{fields}}}"
+        raise TypeError(f"circuit_key cannot hash a {type(x).__name__}; teach qgpu_min.gpu.cache._Canon about it")
 
     def add(self, record: str) -> None:
         self.parts.append(record + "\n")
 
     def gate(self, op: Gate) -> None:
+        """The hot loop (every term of every unit): written directly while Gate and Unit have the fields it
+        knows, else field by field like everything else."""
+        if _field_names(Gate) != ("out", "default", "units") or _field_names(Unit) != ("terms", "theta", "out"):
+            self.add(self.value(op))
+            return
         units = []
         for u in op.units:
             terms = ";".join(f"{self.ref(g)},{e},{w!r}" for g, e, w in u.terms)
             units.append(f"[{terms}|{u.theta!r}|{u.out!r}]")
         self.add(f"gate {self.ref(op.out)} d={op.default} " + "".join(units))
 
-    def mem_op(self, op: MemOp) -> None:
-        m = op.mem
-        write = "-" if op.write_addr is None else self.ref(op.write_addr)
-        alts = ";".join(f"{i},{self.ref(g)},{d}" for i, g, d in op.alternatives)
-        outs = "/".join(self.refs(port) for port in op.outputs)
-        self.add(f"mem {m.name!r} rows={m.rows} fields={m.fields!r} w={write} v={self.refs(op.write_value)} "
-                 f"taps={op.value_taps!r} alt={alts} r={self.refs(op.read_addrs)} out={outs}")
-
     def circuit(self, c: Circuit) -> None:
         self.add(f"circuit {c.name!r}")
-        self.add("inputs " + self.refs(c.inputs))
+        self.add("inputs " + self.value(c.inputs))
         for op in c.ops:
-            self.gate(op) if isinstance(op, Gate) else self.mem_op(op)
-        self.add("memories " + ";".join(f"{m.name!r},{m.rows},{m.fields!r}" for m in c.memories))
-        self.add("outputs " + self.refs(c.outputs))
+            self.gate(op) if isinstance(op, Gate) else self.add(self.value(op))
+        self.add("memories " + self.value(c.memories))
+        self.add("outputs " + self.value(c.outputs))
 
     def gpu_extras(self, gc: GpuCircuit) -> None:
-        """What emit and the vocabulary take from the GpuCircuit beyond its circuit."""
-        self.add(f"spec {gc.spec!r}")
-        self.add("out_code " + ";".join(f"{self.ref(o)},{self.ref(i)}" for o, i in gc.out_code.pairs) +
-                 f" amp={gc.out_code.amplitude!r}")
-        for label, named in (("inputs", gc.inputs), ("codes", gc.codes)):
-            self.add(f"{label} " + ";".join(f"{k}={self._named(v)}" for k, v in named.items()))
+        """What emit (the output code) and the vocabulary (the spec, the named inputs and codes) take from
+        the GpuCircuit beyond its circuit."""
+        for name in ("spec", "out_code", "inputs", "codes"):
+            self.add(f"{name} {self.value(getattr(gc, name))}")
 
-    def _named(self, v) -> str:
-        return self.ref(v) if isinstance(v, Group) else "[" + self.refs(v) + "]"
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 def _compiler_digest() -> str:
@@ -270,14 +283,14 @@ def _embed_of(arrays: dict[str, np.ndarray]) -> np.ndarray:
     return embed
 
 
-def layers_of(arrays: dict[str, np.ndarray]) -> tuple[list[LayerWeights], np.ndarray]:
-    """The emitted layers (Coo matrices in bulk form) and the f32 embedding of a checked entry."""
+def layers_of(arrays: dict[str, np.ndarray]) -> list[LayerWeights]:
+    """The emitted layers of a checked entry, Coo matrices in bulk form."""
     layers = []
     for i, (units, heads) in enumerate(arrays["meta.layers"]):
         mats = {str(n): _coo_of(arrays, f"L{i}.m.{n}") for n in arrays[f"L{i}.mats"]}
         vecs = {str(n): arrays[f"L{i}.v.{n}"].copy() for n in arrays[f"L{i}.vecs"]}
         layers.append(LayerWeights(mats, vecs, int(units), int(heads)))
-    return layers, _embed_of(arrays)
+    return layers
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -302,7 +315,8 @@ def _try_load(path: Path, key: str) -> tuple[list[LayerWeights], np.ndarray] | N
     if not path.exists():
         return None
     try:
-        return layers_of(read_entry(path, key))
+        arrays = read_entry(path, key)
+        return layers_of(arrays), _embed_of(arrays)
     except BadEntry as e:
         reason = str(e)
     except Exception as e:  # a checked entry that still does not rebuild: treat it as corrupt too
@@ -338,5 +352,6 @@ def load_or_compile(spec: GpuSpec = GpuSpec(), shape: BaseShape = BaseShape(), c
             progress(f"cached at {path}")
     except OSError as e:
         _warn(f"could not write the GPU cache entry {path} ({e}); compiling again next time")
-    # return what a warm load returns (and drop emit's per-entry lists)
-    return CompiledGpu(gc, vocab, p, *layers_of(arrays))
+    # the layers as a warm load returns them (dropping emit's per-entry lists); the embedding as emitted,
+    # which equals the stored one, so the dense array is not made twice
+    return CompiledGpu(gc, vocab, p, layers_of(arrays), embed)
