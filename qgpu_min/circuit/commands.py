@@ -29,8 +29,24 @@ def selftest_command(quick: bool, seed: int) -> None:
 @click.command("circuit-report")
 @click.option("--no-mul", is_flag=True, help="Skip mul.lo (the slowest to compile).")
 @click.option("--lanes", is_flag=True, help="Also measure 4-lane register-file + ALU datapaths (for the GPU).")
-def circuit_report_command(no_mul: bool, lanes: bool) -> None:
-    """Print the cost of every library op (MLP layers, units, heads, residual dims) and of the demo circuit."""
+@click.option("--gpu", is_flag=True, help="Report the GPU in the weights instead: layers, units and heads per "
+              "layer, peak residual dims, vocabulary, ROM and memory sizes, and the layer map.")
+@click.option("--json", "as_json", is_flag=True, help="With --gpu: print one JSON object.")
+def circuit_report_command(no_mul: bool, lanes: bool, gpu: bool, as_json: bool) -> None:
+    """Print the cost of every library op (MLP layers, units, heads, residual dims) and of the demo circuit;
+    with --gpu, the cost and layer map of the GPU compiled into the weights."""
+    if as_json and not gpu:
+        raise click.UsageError("--json applies to --gpu")
+    if gpu:
+        if no_mul or lanes:
+            raise click.UsageError("--no-mul and --lanes apply to the library table, not --gpu")
+        import json
+
+        from ..gpu.report import as_json as report_json, format_report, gpu_report
+
+        report = gpu_report()
+        click.echo(json.dumps(report_json(report)) if as_json else format_report(report))
+        return
     from .compile import plan
     from .demos import demo_circuit
     from .ir import Gate

@@ -1,0 +1,234 @@
+"""Benchmark the GPU in the weights (--backend circuit) next to the reference interpreter, in one run.
+
+    python tools/bench_gpu.py [--json] [--mode fp32|bf16] [--repeat N] [--cold]
+
+First the compiled GPU: loaded from the cache (qgpu_min.gpu.cache) or compiled on first use, with the time it
+took and which it was (--cold compiles into a fresh temporary cache, so the first-use compile time is
+measured), then the runtime model built from its layers. Then the launches: examples/dot.cu with the README's
+arguments and three small kernels written here, within the GPU's limits today (one warp of <= 4 threads,
+one CTA, word loads and stores, atomics). Each runs through qgpu_min.host.launch.launch(..., backend='circuit')
+with Model.prefill and Model.decode wrapped to time them apart, and through backend='interp'. Per launch:
+prompt and generated tokens, prefill seconds and tokens/s, decode tokens/s (decode calls: every generated
+token but the last, which is HALT and is not fed back), peak RSS so far, both backends' launch times and
+their ratio, and whether the arrays agree. `tokens_per_s` is decode tokens over decode seconds of all
+launches. Times are the best of --repeat runs; nothing here asserts a time. The 1-minute load average is
+printed first: on a shared machine it says how far to trust the numbers.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# name -> (CUDA source or None for an example file, arguments, threads)
+KERNELS = {
+    "dot": (None, [[1, 2, 3], [4, 5, 6], [0], 3], 3),
+    "vadd": ("""
+        __global__ void vadd(const int* a, const int* b, int* c) {
+            int i = threadIdx.x;
+            c[i] = a[i] + b[i];
+        }""", [[1, -2, 300, 70000], [10, 20, -30, 5], [0, 0, 0, 0]], 4),
+    "collatz": ("""
+        __global__ void collatz(const int* x, int* steps) {
+            int t = threadIdx.x, v = x[t], s = 0;
+            while (v != 1) {                      // lanes leave the loop at different trips
+                v = (v & 1) ? 3 * v + 1 : v >> 1;
+                s++;
+            }
+            steps[t] = s;
+        }""", [[6, 3, 1, 7], [0, 0, 0, 0]], 4),
+    "histogram": ("""
+        __global__ void histogram(const int* x, int* hist, int* top) {
+            int v = x[threadIdx.x];
+            atomicAdd(&hist[v & 3], 1);
+            atomicMax(top, v);
+        }""", [[5, 2, 9, 6], [0, 0, 0, 0], [0]], 4),
+}
+
+
+def rss_mib() -> float:
+    """Peak resident set size of this process so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class ModelTimer:
+    """Wraps a Model's prefill and decode (instance attributes) to time them and count their tokens."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+        self._prefill, self._decode = model.prefill, model.decode
+        model.prefill, model.decode = self.prefill, self.decode
+        self.reset()
+
+    def reset(self) -> None:
+        self.prefill_s = self.decode_s = 0.0
+        self.prefill_tokens = self.decode_tokens = 0
+
+    def prefill(self, state, token_ids, *args, **kwargs):
+        t0 = time.perf_counter()
+        out = self._prefill(state, token_ids, *args, **kwargs)
+        self.prefill_s += time.perf_counter() - t0
+        self.prefill_tokens += len(token_ids)
+        return out
+
+    def decode(self, state, token_id, *args, **kwargs):
+        t0 = time.perf_counter()
+        out = self._decode(state, token_id, *args, **kwargs)
+        self.decode_s += time.perf_counter() - t0
+        self.decode_tokens += 1
+        return out
+
+    def restore(self) -> None:
+        self.model.prefill, self.model.decode = self._prefill, self._decode
+
+
+def load_gpu() -> tuple[object, dict]:
+    """The compiled GPU through the backend's own path (cache or first-use compile), timed."""
+    from qgpu_min.gpu import backend
+
+    messages: list[str] = []
+    try:   # with the cache module, its progress messages say whether it compiled
+        from qgpu_min.gpu.cache import default_cache_dir
+        progress, cache_dir = messages.append, str(default_cache_dir())
+    except ImportError:
+        progress, cache_dir = None, None
+    t0 = time.perf_counter()
+    cg = backend.compiled(backend.SPEC, progress=progress)
+    seconds = time.perf_counter() - t0
+    if progress is None:
+        source = "compiled (no cache module)"
+    else:
+        source = "compiled" if any("compiling" in m for m in messages) else "cache"
+    info = {"source": source, "seconds": round(seconds, 3), "cache_dir": cache_dir,
+            "layers": len(cg.layers), "vocab": len(cg.vocab.tokens), "rss_mib": round(rss_mib(), 1)}
+    return cg, info
+
+
+def compile_kernels(tmp: Path) -> dict:
+    from qgpu_min.gpu.program import block_format
+    from qgpu_min.gpu.layout import GpuSpec
+    from qgpu_min.host.launch import compile_kernel, for_format
+
+    out = {}
+    for name, (src, args, threads) in KERNELS.items():
+        if src is None:
+            path = ROOT / "examples" / f"{name}.cu"
+        else:
+            path = tmp / f"{name}.cu"
+            path.write_text(src)
+        k = compile_kernel(path)
+        # lowered once for the GPU's block format, so launch() does not lower it again on every run
+        out[name] = (k, for_format(k, block_format(GpuSpec())), args, threads)
+    return out
+
+
+def best(fn, repeat: int):
+    """(result of the last run, the best wall time)."""
+    times, result = [], None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t0)
+    return result, min(times)
+
+
+def bench_launch(name: str, kernels: tuple, timer: ModelTimer, mode: str, repeat: int) -> dict:
+    from qgpu_min.host.launch import launch
+
+    machine_k, gpu_k, args, threads = kernels
+    interp, interp_s = best(lambda: launch(machine_k, args, block=(threads, 1), backend="interp"), repeat)
+    runs = []
+    for _ in range(repeat):
+        timer.reset()
+        t0 = time.perf_counter()
+        res = launch(gpu_k, args, block=(threads, 1), backend="circuit", mode=mode)
+        total = time.perf_counter() - t0
+        runs.append((total, timer.prefill_s, timer.decode_s, timer.prefill_tokens, timer.decode_tokens, res))
+    circuit_s = min(r[0] for r in runs)
+    prefill_s = min(r[1] for r in runs)
+    decode_s = min(r[2] for r in runs)
+    _, _, _, prefill_tokens, decode_tokens, res = runs[-1]
+    match = all(list(res.arrays[k]) == list(interp.arrays[k]) for k in interp.arrays)
+    return {"name": name, "threads": threads, "arrays": {k: [int(x) for x in v] for k, v in res.arrays.items()},
+            "match": match, "prompt_tokens": res.tokens["prompt"], "generated_tokens": res.tokens["generated"],
+            "prefill_tokens": prefill_tokens, "decode_tokens": decode_tokens,
+            "prefill_s": round(prefill_s, 4), "prefill_tokens_per_s": round(prefill_tokens / prefill_s, 1),
+            "decode_s": round(decode_s, 4),
+            "decode_tokens_per_s": round(decode_tokens / decode_s, 1) if decode_s else None,
+            "circuit_s": round(circuit_s, 4), "interp_s": round(interp_s, 5),
+            "circuit_over_interp": round(circuit_s / interp_s, 1), "rss_mib": round(rss_mib(), 1)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--mode", choices=("fp32", "bf16"), default="fp32")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per launch; times are the best (default 1)")
+    ap.add_argument("--cold", action="store_true", help="compile into a fresh temporary cache (first-use time)")
+    a = ap.parse_args()
+    if a.repeat < 1:
+        ap.error("--repeat must be at least 1")
+    load = os.getloadavg()[0]
+    out: dict = {"mode": a.mode, "repeat": a.repeat, "load_avg_1m": round(load, 2)}
+    if not a.json:
+        print(f"load average (1 min): {load:.2f}; mode {a.mode}; best of {a.repeat}")
+    with tempfile.TemporaryDirectory() as tmp:
+        kernels = compile_kernels(Path(tmp))
+    cold = tempfile.TemporaryDirectory(prefix="qgpu-bench-cache-") if a.cold else None
+    if cold is not None:
+        os.environ["QGPU_CACHE_DIR"] = cold.name     # an empty cache: the GPU is compiled, then removed
+    try:
+        cg, gpu = load_gpu()
+    finally:
+        if cold is not None:
+            cold.cleanup()
+    t0 = time.perf_counter()
+    model = cg.model(a.mode)
+    gpu["model_build_s"] = round(time.perf_counter() - t0, 3)
+    gpu["rss_mib_after_model"] = round(rss_mib(), 1)
+    out["gpu"] = gpu
+    if not a.json:
+        print(f"GPU: {gpu['layers']} layers, {gpu['vocab']} tokens; {gpu['source']} in {gpu['seconds']:.2f} s "
+              f"({gpu['cache_dir']}); runtime model built in {gpu['model_build_s']:.2f} s; peak RSS "
+              f"{gpu['rss_mib_after_model']:.0f} MiB")
+    timer = ModelTimer(model)
+    try:
+        launches = [bench_launch(name, k, timer, a.mode, a.repeat) for name, k in kernels.items()]
+    finally:
+        timer.restore()
+    out["launches"] = launches
+    dec_tokens = sum(r["decode_tokens"] for r in launches)
+    dec_s = sum(r["decode_s"] for r in launches)
+    pre_tokens = sum(r["prefill_tokens"] for r in launches)
+    pre_s = sum(r["prefill_s"] for r in launches)
+    out["tokens_per_s"] = round(dec_tokens / dec_s, 1)
+    out["prefill_tokens_per_s"] = round(pre_tokens / pre_s, 1)
+    out["peak_rss_mib"] = round(rss_mib(), 1)
+    out["all_match"] = all(r["match"] for r in launches)
+    if a.json:
+        print(json.dumps(out))
+    else:
+        head = (f"{'launch':<10} {'thr':>3} {'prompt':>6} {'gen':>5} {'prefill s':>9} {'pre tok/s':>9} "
+                f"{'decode s':>9} {'dec tok/s':>9} {'circuit s':>9} {'interp s':>9} {'ratio':>7} {'RSS MiB':>8} ok")
+        print("\n" + head + "\n" + "-" * len(head))
+        for r in launches:
+            print(f"{r['name']:<10} {r['threads']:>3} {r['prompt_tokens']:>6} {r['generated_tokens']:>5} "
+                  f"{r['prefill_s']:>9.3f} {r['prefill_tokens_per_s']:>9.0f} {r['decode_s']:>9.3f} "
+                  f"{r['decode_tokens_per_s'] or 0:>9.0f} {r['circuit_s']:>9.3f} {r['interp_s']:>9.4f} "
+                  f"{r['circuit_over_interp']:>7.0f} {r['rss_mib']:>8.0f} {'yes' if r['match'] else 'NO'}")
+        print(f"\ndecode: {dec_tokens} tokens in {dec_s:.2f} s = {out['tokens_per_s']:.0f} tokens/s; prefill: "
+              f"{pre_tokens} tokens in {pre_s:.2f} s = {out['prefill_tokens_per_s']:.0f} tokens/s; "
+              f"peak RSS {out['peak_rss_mib']:.0f} MiB")
+        print("ratio = circuit launch time / interpreter launch time (same kernel and arguments)")
+    return 0 if out["all_match"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
