@@ -126,3 +126,31 @@ def test_alternative_sources_must_be_exactly_one():
         c2 = Circuit("x")
         m = c2.memory("m", 2, (2,))
         c2.access(m, c2.input("w", 3), [c2.input("v", 3)], [], alternatives=[(0, c2.input("u", 2), 1)])
+
+
+def test_product_addresses_read_and_write_exactly():
+    """A 2 x 4 x 4 = 32-row memory addressed by three one-hot parts (no group holds the product one-hot);
+    'every' on the middle part writes its 4 rows at once (a power of 4, as an exact spread needs)."""
+    from qgpu_min.circuit.ir import Product
+    c = Circuit("prod")
+    w, l, r = c.input("w", 2), c.input("l", 5), c.input("r", 4)     # l: 4 values + 'every'
+    rw, rl, rr = c.input("rw", 2), c.input("rl", 4), c.input("rr", 4)
+    v = c.input("v", 16)
+    mem = c.memory("m", 32, (16,))
+    out = c.access(mem, Product((w, l, r), (2, 4, 4), (None, 4, None)), [v], [Product((rw, rl, rr), (2, 4, 4))])[0][0]
+    c.output(out)
+    rng = np.random.default_rng(0)
+    T = 30
+    W, Lx, R, V = rng.integers(0, 2, T), rng.integers(0, 4, T), rng.integers(0, 4, T), rng.integers(0, 16, T)
+    Lx[:8] = 4                                  # 'every' l: initialise (w, *, r) for all w, r
+    W[:8], R[:8] = np.repeat([0, 1], 4), np.tile(np.arange(4), 2)
+    ram, RW, RL, RR, want = {}, [], [], [], []
+    for t in range(T):
+        for lv in (range(4) if Lx[t] == 4 else [Lx[t]]):
+            ram[(W[t], lv, R[t])] = V[t]
+        k = list(ram)[rng.integers(0, len(ram))]
+        RW.append(k[0]); RL.append(k[1]); RR.append(k[2]); want.append(ram[k])
+    inp = {w: W, l: Lx, r: R, v: V, rw: np.array(RW), rl: np.array(RL), rr: np.array(RR)}
+    assert (_simulated(c, inp, [out])[:, 0] == want).all()
+    for mode in MODES:
+        assert (_compiled(c, inp, [out], mode)[:, 0] == want).all(), mode

@@ -30,10 +30,13 @@ from qgpu_min.model.bf16 import f32_to_bf16, round_bf16
 from qgpu_min.model.config import TextConfig
 from qgpu_min.model.kernels_ref import SparseBF16
 
-from .ir import CONST, ROW_ACTIVE, ROW_CHANNELS, Circuit, CircuitError, Gate, Group, MemOp
+from .ir import CONST, ROW_ACTIVE, ROW_CHANNELS, Circuit, CircuitError, Gate, Group, MemOp, Product
 
 K_GATE = 64.0     # MLP gain: silu(64 n) = 64 n for integers n >= 1, ~0 for n <= -1
 A_KEY = 32.0      # key/query amplitude before SiLU and L2 norm
+# product addresses: a row's channel is silu(A_PRODUCT * (matching parts - parts + 1/2)): A/2 = 128 when
+# every part matches, <= -128 otherwise, where silu is exactly -0 (exp overflows; sigmoid underflows too)
+A_PRODUCT = 256.0
 # Stored value amplitude. A read returns x = L * q with q = fl(1/sqrt(128)); for this L, fl(x*x) has five
 # trailing zero bits, so the head norm's sum of 32 equal squares is exact in any order, and the normalised
 # value is exactly 2 for rows at scale 1, 1/4, 1/16, 1/64 (memories initialised all at once): reads are
@@ -101,6 +104,37 @@ def banks(op: MemOp) -> list[range]:
     return [range(lo, min(lo + size, op.mem.rows)) for lo in range(0, op.mem.rows, size)]
 
 
+def _check_every(op: MemOp) -> None:
+    """A product write with 'every' elements keys all the rows it names in a bank at once: their count per
+    bank must be a power of 4, so each gets exactly 1/2^j of the value (a read's head norm undoes it)."""
+    a = op.write_addr
+    if not isinstance(a, Product) or all(ev is None for ev in a.every):
+        return
+    flexible = [i for i, ev in enumerate(a.every) if ev is not None]
+    for mask in range(1, 1 << len(flexible)):
+        S = {flexible[j] for j in range(len(flexible)) if mask >> j & 1}
+        for bank in banks(op):
+            counts: dict[tuple, int] = {}
+            for row in bank:
+                key = tuple(d for i, d in enumerate(a.digits(row)) if i not in S)
+                counts[key] = counts.get(key, 0) + 1
+            bad = [n for n in counts.values() if n & (n - 1) or (n.bit_length() - 1) % 2]
+            if bad:
+                raise CircuitError(f"memory {op.mem.name}: a write through {a.name} with 'every' on parts "
+                                   f"{sorted(S)} keys {bad[0]} rows of a bank; it must be a power of 4")
+
+
+def steady_port(op: MemOp) -> int | None:
+    """A read port that reads exactly one row on every token (a group address, or a product whose parts
+    always name one row), or None. Its field 0 then outputs exactly one active element of value 1, which
+    the layer's ballast change can ride on instead of a constant head."""
+    for port, a in enumerate(op.read_addrs):
+        if isinstance(a, Group) or (all(ev is None for ev in a.every)
+                                    and all(g.size == r for g, r in zip(a.parts, a.radix))):
+            return port
+    return None
+
+
 def mem_heads(op: MemOp) -> int:
     """DeltaNet heads a memory op occupies: read ports x banks (a write-only memory needs none)."""
     return len(op.read_addrs) * len(banks(op))
@@ -166,6 +200,7 @@ def plan(c: Circuit, shape: BaseShape = BaseShape(), keep: list[Group] = (), mlp
     mlp_units: dict[int, int] = {}
     heads: dict[int, int] = {}
     layer_of: dict[int, int] = {}
+    steady_layers: set[int] = set()      # layers whose ballast change rides on a steady read port
     cap_units = int(shape.intermediate * mlp_fill)
     for op in ops:
         t_in = max([birth[id(g)] for g in op.inputs] + [-1])
@@ -184,9 +219,12 @@ def plan(c: Circuit, shape: BaseShape = BaseShape(), keep: list[Group] = (), mlp
                 raise CircuitError(f"memory {op.mem.name}: {len(op.read_addrs)} read ports x {len(banks(op))} "
                                    f"banks = {need} heads + a constant head exceed the {shape.heads} heads of a "
                                    f"layer")
-            while heads.get(layer, 0) + need + 1 > shape.heads:
+            steady = steady_port(op) is not None
+            while heads.get(layer, 0) + need + (0 if steady or layer in steady_layers else 1) > shape.heads:
                 layer += 1
             heads[layer] = heads.get(layer, 0) + need
+            if steady:
+                steady_layers.add(layer)
             for port in op.outputs:
                 for g in port:
                     birth[id(g)] = _time_of_layer("attn", layer)
@@ -224,6 +262,9 @@ def plan(c: Circuit, shape: BaseShape = BaseShape(), keep: list[Group] = (), mlp
                 dims[gid] = [free.pop() for _ in range(g.size)]
 
     _check_delayed_fields(ops, layer_of, birth, clear_at, shape)
+    for op in ops:
+        if isinstance(op, MemOp):
+            _check_every(op)
 
     # ballast per norm point: time 2L-1 (before attention L) and 2L (before MLP L)
     ballast = []
@@ -417,9 +458,21 @@ def _write_always(p: Plan, h: int, z: Coo, b: Coo) -> None:
         z.add(h * p.shape.head_dim + ch, p.const_dims[0], Z_GATE)
 
 
-def _query(p: Plan, addr: Group, bank: range, h: int, qkv: Coo) -> None:
+def _product_channel(p: Plan, addr: Product, row: int, ch: int, qkv: Coo) -> None:
+    """Channel `ch` (a row of q or k) = the AND of the address parts that name `row` (SiLU does the AND)."""
+    for g, d, ev in zip(addr.parts, addr.digits(row), addr.every):
+        for e in (d,) if ev is None else (d, ev):
+            for dim in _term_dims(p, g, e):
+                qkv.add(ch, dim, A_PRODUCT)
+    qkv.add(ch, p.const_dims[0], -(len(addr.parts) - 0.5) * A_PRODUCT)
+
+
+def _query(p: Plan, addr: Group | Product, bank: range, h: int, qkv: Coo) -> None:
     """Read port query of head h: only this bank's address elements (other banks: zero query, output 0)."""
     for a in bank:
+        if isinstance(addr, Product):
+            _product_channel(p, addr, a, h * p.shape.head_dim + a - bank.start, qkv)
+            continue
         for dq in _term_dims(p, addr, a):
             qkv.add(h * p.shape.head_dim + a - bank.start, dq, A_KEY)
 
@@ -430,6 +483,10 @@ def _write_key(p: Plan, op: MemOp, bank: range, h: int, qkv: Coo) -> None:
     if op.write_addr is None:
         return
     key0 = (p.shape.heads + h) * p.shape.head_dim
+    if isinstance(op.write_addr, Product):
+        for a in bank:
+            _product_channel(p, op.write_addr, a, key0 + a - bank.start, qkv)
+        return
     for a in bank:
         for dk in _term_dims(p, op.write_addr, a):
             qkv.add(key0 + a - bank.start, dk, A_KEY)
@@ -470,6 +527,20 @@ def _mem_heads(p: Plan, op: MemOp, first_head: int, qkv: Coo, z: Coo, b: Coo, ou
             _write_always(p, h, z, b)
             h += 1
     return h - first_head
+
+
+def _ballast_via_port(p: Plan, op: MemOp, first_head: int, delta: tuple[int, ...], out: Coo) -> None:
+    """The ballast change through op's steady read port: its field 0's channels (both elements, every bank
+    head and source block) sum to exactly 1 on every token, so delta/Z_GATE on each adds exactly delta."""
+    port, nb = steady_port(op), len(banks(op))
+    size = op.mem.fields[0]
+    hd = p.shape.head_dim
+    for bank_i in range(nb):
+        h = first_head + port * nb + bank_i
+        for k in range(len(op.field_sources(0))):
+            for e in range(size):
+                for d, v in zip(p.ballast_dims, delta):
+                    out.add(d, h * hd + k * size + e, v / Z_GATE)
 
 
 def _const_head(p: Plan, h: int, delta: tuple[int, ...], qkv: Coo, z: Coo, b: Coo, out: Coo) -> None:
@@ -525,8 +596,14 @@ def emit(p: Plan, out_code: OutputCode | None = None) -> list[LayerWeights]:
                 head += _mem_heads(p, op, heads[id(op)][1], qkv, z, b, out, conv)
         before, after = ballast_at(p, 2 * L - 1), ballast_at(p, 2 * L)
         if before != after:
-            _const_head(p, head, tuple(x - y for x, y in zip(after, before)), qkv, z, b, out)
-            head += 1
+            delta = tuple(x - y for x, y in zip(after, before))
+            steady = [op for op in p.ops if isinstance(op, MemOp) and p.layer_of[id(op)] == L
+                      and steady_port(op) is not None]
+            if steady:
+                _ballast_via_port(p, steady[0], heads[id(steady[0])][1], delta, out)
+            else:
+                _const_head(p, head, delta, qkv, z, b, out)
+                head += 1
         # MLP: the constant unit (ballast change and every gate's default element), gates, clears
         const_out: dict[int, float] = {}
         for d, v in zip(p.ballast_dims, tuple(x - y for x, y in zip(ballast_at(p, 2 * L + 1), after))):

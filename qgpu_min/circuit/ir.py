@@ -61,6 +61,50 @@ class Group:
 
 Word = list  # list[Group] of 32 bit groups, LSB first
 
+
+@dataclass(eq=False)
+class Product:
+    """A memory address that is the AND of several one-hot groups: row = mixed-radix number of the parts'
+    values (part 0 most significant). Element v < radix[i] of part i is a value; element every[i] (if
+    set) stands for every value of that part (a write of several rows at once, e.g. to initialise); any
+    other element matches no row (a zero key or query: no write, no read). Compiled, each row's key or
+    query channel is silu(A * (matches - parts + 1/2)), exactly 0 unless every part matches, so no group
+    ever holds the product one-hot."""
+
+    parts: tuple[Group, ...]
+    radix: tuple[int, ...]
+    every: tuple[int | None, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.every:
+            self.every = (None,) * len(self.parts)
+        if not (len(self.parts) == len(self.radix) == len(self.every)) or any(
+                r < 1 or r > g.size for g, r in zip(self.parts, self.radix)):
+            raise CircuitError(f"product address: parts {[g.name for g in self.parts]} / radix {self.radix} / "
+                               f"every {self.every} do not fit")
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for r in self.radix:
+            n *= r
+        return n
+
+    @property
+    def name(self) -> str:
+        return "x".join(g.name for g in self.parts)
+
+    def digits(self, row: int) -> list[int]:
+        """The parts' values of a row."""
+        out = []
+        for r in reversed(self.radix):
+            out.append(row % r)
+            row //= r
+        return out[::-1]
+
+
+Address = "Group | Product"
+
 # A term: (group or view, element, integer weight). A unit: relu(sum w*[g == e] - theta).
 
 
@@ -150,13 +194,13 @@ class MemOp:
     @property
     def writes_all_rows(self) -> bool:
         """Whether the write address has the all-rows element (size rows+2)."""
-        return self.write_addr is not None and self.write_addr.size == self.mem.rows + 2
+        return isinstance(self.write_addr, Group) and self.write_addr.size == self.mem.rows + 2
 
     @property
     def inputs(self) -> list[Group]:
-        gs = ([self.write_addr] if self.write_addr is not None else []) + [g for g, _ in self.all_sources()] + \
-            list(self.read_addrs)
-        return _distinct_roots(gs)
+        addrs = ([self.write_addr] if self.write_addr is not None else []) + list(self.read_addrs)
+        groups = [g for a in addrs for g in (a.parts if isinstance(a, Product) else (a,))]
+        return _distinct_roots(groups + [g for g, _ in self.all_sources()])
 
 
 def _distinct_roots(groups: Iterable[Group]) -> list[Group]:
@@ -282,8 +326,13 @@ class Circuit:
         if len(taps) != len(write_value) or not all(0 <= d <= MAX_TAP for d in taps):
             raise CircuitError(f"memory {mem.name}: value_taps {list(taps)} needs one tap in 0..{MAX_TAP} per "
                                f"write field ({len(write_value)})")
+        for a in ([write_addr] if isinstance(write_addr, Product) else []) + \
+                [a for a in read_addrs if isinstance(a, Product)]:
+            if a.size != mem.rows:
+                raise CircuitError(f"memory {mem.name}: product address {a.name} covers {a.size} rows, the memory "
+                                   f"has {mem.rows}")
         if write_addr is not None:
-            if write_addr.size not in (mem.rows + 1, mem.rows + 2):
+            if isinstance(write_addr, Group) and write_addr.size not in (mem.rows + 1, mem.rows + 2):
                 raise CircuitError(f"memory {mem.name}: write address needs size {mem.rows + 1} (last = none) or "
                                    f"{mem.rows + 2} (then last = all rows)")
             multi = {i for i, _, _ in alternatives}
@@ -301,7 +350,7 @@ class Circuit:
                 raise CircuitError(f"memory {mem.name}: {channels} value channels (alternatives included) and "
                                    f"{ROW_ACTIVE - len(mem.fields)} filler do not fit a {ROW_CHANNELS}-channel head")
         for a in read_addrs:
-            if a.size != mem.rows:
+            if isinstance(a, Group) and a.size != mem.rows:
                 raise CircuitError(f"memory {mem.name}: read address needs size {mem.rows}, got {a.size}")
         op = MemOp(mem, write_addr, list(write_value), list(read_addrs), value_taps=taps,
                    alternatives=tuple((int(i), g, int(d)) for i, g, d in alternatives))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ir import CONST, MAX_TAP, Circuit, CircuitError, Gate, Group, MemOp
+from .ir import Product, CONST, MAX_TAP, Circuit, CircuitError, Gate, Group, MemOp
 
 Values = dict  # id(root group) -> int64 [batch]
 
@@ -116,10 +116,32 @@ def _write_fields(values: Values, op: MemOp, state: dict, writes: np.ndarray, ba
     return np.stack(cols, axis=1)
 
 
+def _product_rows(values: Values, a: Product, batch: int) -> list[list[int]]:
+    """Per case, the rows a product address names (empty: none; several: 'every' elements)."""
+    choices = []
+    for g, r, ev in zip(a.parts, a.radix, a.every):
+        v = group_value(values, g, batch)
+        choices.append([list(range(r)) if ev is not None and x == ev else [int(x)] if 0 <= x < r else []
+                        for x in v])
+    out = []
+    for k in range(batch):
+        rows = [0]
+        for part, r in zip(choices, a.radix):
+            rows = [row * r + d for row in rows for d in part[k]]
+        out.append(rows)
+    return out
+
+
 def _eval_mem(values: Values, op: MemOp, state: dict, batch: int) -> None:
     rows = state[id(op.mem)]
     idx = np.arange(batch)
-    if op.write_addr is not None:
+    if isinstance(op.write_addr, Product):
+        targets = _product_rows(values, op.write_addr, batch)
+        writes = np.array([bool(t) for t in targets])
+        vals = _write_fields(values, op, state, writes, batch)
+        for k, t in enumerate(targets):
+            rows[k, t] = vals[k]
+    elif op.write_addr is not None:
         addr = group_value(values, op.write_addr, batch)
         w = addr < op.mem.rows
         every = addr == op.mem.rows + 1
@@ -127,7 +149,14 @@ def _eval_mem(values: Values, op: MemOp, state: dict, batch: int) -> None:
         rows[idx[w], addr[w]] = vals[w]
         rows[every] = vals[every][:, None, :]
     for port, a in enumerate(op.read_addrs):
-        addr = group_value(values, a, batch)
+        if isinstance(a, Product):
+            hits = _product_rows(values, a, batch)
+            if any(len(h) != 1 for h in hits):
+                bad = next(k for k, h in enumerate(hits) if len(h) != 1)
+                raise CircuitError(f"memory {op.mem.name}: case {bad} reads {len(hits[bad])} rows through {a.name}")
+            addr = np.array([h[0] for h in hits], dtype=np.int64)
+        else:
+            addr = group_value(values, a, batch)
         got = rows[idx, addr]
         if (got < 0).any():
             bad = int(np.argmax((got < 0).any(axis=1)))
