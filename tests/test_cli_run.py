@@ -156,8 +156,13 @@ def test_memory_over_capacity() -> None:
 
 
 def test_backend_not_built() -> None:
-    r = qgpu("run", DOT, *DOT_ARGS, "--backend", "circuit")
-    assert_error(r, 1, "error:", "circuit")
+    r = qgpu("run", DOT, *DOT_ARGS, "--backend", "model")
+    assert_error(r, 1, "error:", "model")
+
+
+def test_gpu_options_are_refused_on_the_interpreter() -> None:
+    r = qgpu("run", DOT, *DOT_ARGS, "--check")
+    assert r.exit_code == 2 and "--check" in r.output
 
 
 @pytest.mark.parametrize("argv, fragments", [
