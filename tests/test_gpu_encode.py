@@ -8,12 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qgpu_min.circuit.ir import Circuit
 from qgpu_min.circuit.sim import group_value, simulate, word_inputs, word_value
-from qgpu_min.gpu.datapath import CoreFormat, block_inputs, lane_datapath
+from qgpu_min.gpu.datapath import CoreFormat
 from qgpu_min.gpu.encode import EncodeError, encode_block
 from qgpu_min.machine.interp import ALU
 from qgpu_min.machine.isa import ZERO, Block, Instr, Term
+from test_gpu_datapath import _build as build_lane   # the same lane circuit the datapath tests use
 
 FMT = CoreFormat()
 
@@ -64,12 +64,7 @@ def _reference(block: Block, regs: list[int], specials: list[int], loaded: int) 
 
 def test_random_blocks_match_the_interpreter_semantics() -> None:
     fmt, rng, n = FMT, np.random.default_rng(7), 300
-    c = Circuit("lane")
-    f = block_inputs(c, fmt)
-    regs = [c.input_word(f"reg{i}") for i in range(fmt.reads)]
-    sps = [c.input_word(f"spv{i}") for i in range(fmt.specials)]
-    ld = c.input_word("ld")
-    out = lane_datapath(c, fmt, f, regs, sps, ld)
+    c, f, regs, sps, ld, out = build_lane(fmt)
     blocks, codes = [], []
     while len(blocks) < n:
         b = _random_block(rng, fmt)
