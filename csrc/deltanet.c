@@ -83,3 +83,78 @@ void qgpu_deltanet_step(float *s, size_t h, size_t dk, size_t dv, const float *q
                         const float *v, const float *g, const float *beta, float *o) {
     qgpu_deltanet_prefill(s, h, dk, dv, 1, q, k, v, g, beta, o);
 }
+
+/* ---- one token with a sparse-key fast path (decode of circuit layers) ----
+ *
+ * Bit-identical to qgpu_deltanet_step when the head's state S is "clean": every value finite and none -0.
+ * Why: with decay exactly 1 (expf(g) == 1) the decay multiply is the identity on finite values. A sum
+ * started at +0 never becomes -0, so adding a zero term (S[i, j] * (+-0), a finite value times a zero
+ * key or query entry) leaves it unchanged: kv and o are the sums over the nonzero k[i] / q[i] alone, in
+ * the same ascending order. A row whose k[i] is +-0 gets S[i, j] + (+-0) = S[i, j] unless S[i, j] is -0,
+ * which a clean state excludes (delta must be finite, else k[i] * delta[j] is NaN: checked). So only the
+ * rows of nonzero k change. Afterwards the touched rows are checked: a -0 makes the head unclean (the
+ * next token takes the dense path); a non-finite value also makes this token's read dense, since
+ * inf * 0 is NaN there. A head not known clean, or with decay != 1, or non-finite q/k/v/beta, runs the
+ * dense delta_head and is then scanned whole, so clean_out always equals a scan of the final state. */
+
+static int is_clean(const float *p, size_t n) {
+    int ok = 1;
+    for (size_t i = 0; i < n; i++) ok &= isfinite(p[i]) && !(p[i] == 0.0f && signbit(p[i]));
+    return ok;
+}
+
+static int all_finite(const float *p, size_t n) {
+    int ok = 1;
+    for (size_t i = 0; i < n; i++) ok &= isfinite(p[i]) != 0;
+    return ok;
+}
+
+static int sparse_head(float *S, size_t dk, size_t dv, const float *q, const float *k, const float *v,
+                       float g, float beta, float *o) {
+    float kv[QGPU_MAX_DV], delta[QGPU_MAX_DV];
+    if (expf(g) != 1.0f || !isfinite(beta) || !all_finite(q, dk) || !all_finite(k, dk) || !all_finite(v, dv))
+        return -1;
+    memset(kv, 0, dv * sizeof *kv);
+    for (size_t i = 0; i < dk; i++) {
+        if (k[i] == 0.0f) continue;
+        const float *row = S + i * dv;
+        for (size_t j = 0; j < dv; j++) kv[j] += row[j] * k[i];
+    }
+    for (size_t j = 0; j < dv; j++) delta[j] = (v[j] - kv[j]) * beta;
+    if (!all_finite(delta, dv)) return -1; /* nothing written yet: the dense path starts from the same S */
+    int clean = 1;
+    for (size_t i = 0; i < dk; i++) {
+        if (k[i] == 0.0f) continue;
+        float *row = S + i * dv;
+        for (size_t j = 0; j < dv; j++) row[j] += k[i] * delta[j];
+        clean &= is_clean(row, dv);
+    }
+    memset(o, 0, dv * sizeof *o);
+    int finite = clean; /* unclean rows may hold inf: then read every row, as the dense path does */
+    if (!finite) {
+        finite = 1;
+        for (size_t i = 0; i < dk; i++)
+            if (k[i] != 0.0f) finite &= all_finite(S + i * dv, dv);
+    }
+    for (size_t i = 0; i < dk; i++) {
+        if (finite && q[i] == 0.0f) continue;
+        const float *row = S + i * dv;
+        for (size_t j = 0; j < dv; j++) o[j] += row[j] * q[i];
+    }
+    return clean;
+}
+
+void qgpu_deltanet_step_sparse(float *s, size_t h, size_t dk, size_t dv, const float *q, const float *k,
+                               const float *v, const float *g, const float *beta, float *o, int32_t *clean) {
+    for (size_t hh = 0; hh < h; hh++) {
+        float *S = s + hh * dk * dv;
+        int r = clean[hh] ? sparse_head(S, dk, dv, q + hh * dk, k + hh * dk, v + hh * dv, g[hh], beta[hh],
+                                        o + hh * dv)
+                          : -1;
+        if (r < 0) {
+            delta_head(S, dk, dv, q + hh * dk, k + hh * dk, v + hh * dv, g[hh], beta[hh], o + hh * dv);
+            r = is_clean(S, dk * dv);
+        }
+        clean[hh] = r;
+    }
+}

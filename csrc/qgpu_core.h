@@ -55,6 +55,12 @@ void qgpu_deltanet_step(float *s, size_t h, size_t dk, size_t dv, const float *q
 void qgpu_conv_prefill(float *state, size_t c, size_t k, size_t t, const float *x, const float *w, float *y);
 void qgpu_deltanet_prefill(float *s, size_t h, size_t dk, size_t dv, size_t t, const float *q, const float *k,
                            const float *v, const float *g, const float *beta, float *o);
+/* deltanet_step for one token, bit for bit, touching only the state rows of nonzero keys (and reading
+ * only the rows of nonzero queries) in heads whose decay expf(g) is exactly 1 and whose state is clean:
+ * clean [h] in/out, 1 = that head's S is known finite with no -0. Other heads run the dense step. On
+ * return clean[h] says whether S[h] is clean now (always what a scan of it would say). */
+void qgpu_deltanet_step_sparse(float *s, size_t h, size_t dk, size_t dv, const float *q, const float *k,
+                               const float *v, const float *g, const float *beta, float *o, int32_t *clean);
 /* CDEF END */
 
 /* Internal: run fn(ctx, begin, end) over contiguous ranges covering [0, n), on up to qgpu_get_threads()

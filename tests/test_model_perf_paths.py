@@ -33,6 +33,7 @@ def per_token_kernels(monkeypatch) -> None:
     conv_update, deltanet_step = kernels.conv_update, kernels.deltanet_step
     single["conv_prefill"] = lambda state, x, w: np.stack([conv_update(state, xt, w) for xt in x])
     single["deltanet_prefill"] = lambda S, *qkvgb: np.stack([deltanet_step(S, *t) for t in zip(*qkvgb)])
+    single["deltanet_step_sparse"] = lambda S, q, k, v, g, beta, clean: deltanet_step(S, q, k, v, g, beta)
     for name, fn in single.items():
         monkeypatch.setattr(kernels, name, fn)
 
@@ -94,7 +95,7 @@ def test_one_dispatch_per_projection_group_and_recurrence(tiny, tokens, monkeypa
     model = load_model(tiny)
     calls: dict[str, list] = {}
     for name in ("matvec_bf16_multi", "matmul_bf16_multi", "matvec_bf16", "matmul_bf16", "conv_prefill",
-                 "deltanet_prefill", "conv_update", "deltanet_step"):
+                 "deltanet_prefill", "conv_update", "deltanet_step", "deltanet_step_sparse"):
         real = getattr(kernels, name)
         monkeypatch.setattr(kernels, name, lambda *a, _real=real, _name=name: (
             calls.setdefault(_name, []).append(a), _real(*a))[1])
@@ -105,6 +106,8 @@ def test_one_dispatch_per_projection_group_and_recurrence(tiny, tokens, monkeypa
     # DeltaNet: in_proj_qkv/z/b/a, attention: q/k/v, every layer: MLP gate/up; one dispatch each
     assert sorted(len(a[0]) for a in calls[fused]) == sorted([4] * n_gdn + [3] * n_attn + [2] * (n_gdn + n_attn))
     assert len(calls[single]) == 2 * (n_gdn + n_attn)  # out_proj / o_proj and down_proj: one weight each
-    assert len(calls["conv_prefill"]) == len(calls["deltanet_prefill"]) == n_gdn
-    assert all(a[1].shape[0] == tokens for a in calls["deltanet_prefill"])
+    # the delta rule: one call per layer, the sparse-key step for a single token (decode)
+    delta = "deltanet_step_sparse" if tokens == 1 else "deltanet_prefill"
+    assert len(calls["conv_prefill"]) == len(calls[delta]) == n_gdn
+    assert tokens == 1 or all(a[1].shape[0] == tokens for a in calls["deltanet_prefill"])
     assert "conv_update" not in calls and "deltanet_step" not in calls

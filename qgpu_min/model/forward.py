@@ -72,12 +72,19 @@ def _softplus(x: np.ndarray) -> np.ndarray:
 class State:
     """Per-sequence state. recurrent[layer]: DeltaNet S f32 (H, dk, dv); conv[layer]: f32 (conv_dim, K-1),
     oldest input first; keys/values[layer]: f32 (kv heads, capacity, head_dim), the first `pos` positions
-    valid (keys after q/k norm and RoPE); pos: tokens consumed so far."""
+    valid (keys after q/k norm and RoPE); pos: tokens consumed so far.
+
+    Two records let decode skip work exactly (see docs/model.md, "Decode fast paths"); code that writes
+    recurrent/conv arrays itself must drop the layer from both. zero: DeltaNet layers whose recurrent and
+    conv state are known to be +0 everywhere (new states); clean[layer]: int32 [H], 1 where that head's S is
+    known finite with no -0 (kernels.deltanet_step_sparse keeps it up to date)."""
     recurrent: dict[int, np.ndarray]
     conv: dict[int, np.ndarray]
     keys: dict[int, np.ndarray] = field(default_factory=dict)
     values: dict[int, np.ndarray] = field(default_factory=dict)
     pos: int = 0
+    zero: set[int] = field(default_factory=set)
+    clean: dict[int, np.ndarray] = field(default_factory=dict)
 
 
 class Model:
@@ -96,6 +103,21 @@ class Model:
         self._inv_freq = (np.float32(1) / np.power(np.float32(config.rope_theta),
                                                    np.arange(0, rot, 2, dtype=np.float32) / np.float32(rot)))
         self._subset_cache: tuple[bytes, np.ndarray] | None = None
+        self.silent_mixers = frozenset(i for i, kind in enumerate(config.layer_types)
+                                       if kind == "linear_attention" and self._silent_deltanet(weights.layers[i]))
+
+    def _silent_deltanet(self, w: dict) -> bool:
+        """Whether this DeltaNet layer's mixer provably outputs exactly +0 and keeps a +0 state at +0, for
+        any input, so a state in State.zero can skip it. in_proj_qkv, in_proj_b/a and out_proj are CSR
+        with no nonzero (so their products are exactly +0 even for inf/NaN inputs, CSR dropping zeros):
+        the conv sees +0 with a +0 state (its state stays +0), q, k, v are +-0, beta = 0.5, and
+        g = -exp(A_log) * softplus(dt_bias) must be finite so the decay keeps S at +0 (delta is +-0, and
+        +0 + -0 = +0); the output is out_proj's +0. Decided from the weights, once."""
+        if not all(isinstance(w.get(n), kernels.SparseBF16) and w[n].nnz == 0 for n in ("qkv", "b", "a", "out")):
+            return False
+        with np.errstate(over="ignore"):
+            g = (-np.exp(w["A_log"]) * _softplus(np.float32(0) + w["dt_bias"])).astype(np.float32)
+        return bool(np.isfinite(g).all() and np.isfinite(np.exp(g)).all())
 
     # ---- state -------------------------------------------------------------------------------------------
 
@@ -105,7 +127,8 @@ class Model:
         return State(
             recurrent={i: np.zeros((cfg.linear_num_value_heads, cfg.linear_key_head_dim,
                                     cfg.linear_value_head_dim), np.float32) for i in lin},
-            conv={i: np.zeros((cfg.conv_dim, cfg.linear_conv_kernel_dim - 1), np.float32) for i in lin})
+            conv={i: np.zeros((cfg.conv_dim, cfg.linear_conv_kernel_dim - 1), np.float32) for i in lin},
+            zero=set(lin), clean={i: np.ones(cfg.linear_num_value_heads, np.int32) for i in lin})
 
     # ---- public entry points -------------------------------------------------------------------------------
 
@@ -193,9 +216,16 @@ class Model:
 
     def _layer(self, state: State, i: int, kind: str, h: np.ndarray) -> np.ndarray:
         w = self.weights.layers[i]
-        u = self._norm(h, w["in_norm"])
-        mixed = self._deltanet(state, i, w, u) if kind == "linear_attention" else self._attention(state, i, w, u)
-        h = self.r(h + mixed)
+        if i in self.silent_mixers and i in state.zero:
+            h = self.r(h + np.float32(0))   # the mixer's exact +0 output (h + 0 turns a -0 into +0)
+        else:
+            u = self._norm(h, w["in_norm"])
+            if kind == "linear_attention":
+                state.zero.discard(i)
+                mixed = self._deltanet(state, i, w, u)
+            else:
+                mixed = self._attention(state, i, w, u)
+            h = self.r(h + mixed)
         u = self._norm(h, w["post_norm"])
         gate, up = self._linears([w["gate"], w["up"]], u)
         act = self.r(self.r(kernels.silu(gate)) * up)
@@ -219,7 +249,14 @@ class Model:
         if nv > nk:  # each key head serves nv/nk consecutive value heads (HF repeat_interleave)
             q, k = np.repeat(q, nv // nk, axis=1), np.repeat(k, nv // nk, axis=1)
         q, k = np.ascontiguousarray(q, np.float32), np.ascontiguousarray(k, np.float32)
-        o = r(kernels.deltanet_prefill(state.recurrent[i], q, k, v, g, beta))  # (T, nv, dv), token by token
+        if T == 1:  # decode: only the state rows of nonzero keys/queries, where that is exact
+            clean = state.clean.get(i)
+            if clean is None:
+                clean = state.clean[i] = np.zeros(nv, np.int32)  # unknown: dense step, then scanned
+            o = r(kernels.deltanet_step_sparse(state.recurrent[i], q[0], k[0], v[0], g[0], beta[0], clean)[None])
+        else:
+            o = r(kernels.deltanet_prefill(state.recurrent[i], q, k, v, g, beta))  # (T, nv, dv), token by token
+            state.clean[i] = np.zeros(nv, np.int32)  # not tracked through prefill: the next step rescans
         if self.mode == "bf16":  # HF Qwen3_5RMSNormGated: round the normalised value, then w * it, then the gate
             n = r(kernels.rmsnorm(o, np.ones(dv, np.float32), cfg.rms_norm_eps, plus_one=False))
             o = r(r(w["gdn_norm"] * n) * kernels.silu(z))

@@ -306,3 +306,22 @@ def deltanet_prefill(S: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray,
     if t:
         lib.qgpu_deltanet_prefill(_floats(S), h, dk, dv, t, *map(_floats, (q, k, v, g, beta, o)))
     return o
+
+
+def deltanet_step_sparse(S: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray,
+                         beta: np.ndarray, clean: np.ndarray) -> np.ndarray:
+    """deltanet_step, bit for bit, reading and writing only the state rows of the nonzero key (and query)
+    entries in heads whose decay is exactly 1 and whose `clean` flag (int32 [H], in/out) says the state is
+    finite with no -0; other heads take the dense step. On return `clean` is kernels_ref.state_clean(S).
+    A flag of 1 on a head that is not clean gives wrong results: flags come from new states (all zeros)
+    or from this function."""
+    S, q, k, v, g, beta = _delta_args("deltanet_step_sparse", S, q, k, v, g, beta, ())
+    h, dv = S.shape[0], S.shape[2]
+    if not isinstance(clean, np.ndarray) or clean.dtype != np.int32 or clean.shape != (h,) \
+            or not clean.flags.c_contiguous or not clean.flags.writeable:
+        raise KernelInputError(f"deltanet_step_sparse: clean must be a writable contiguous int32 array [{h}], "
+                               f"got {describe_arg(clean)}")
+    o = np.empty((h, dv), dtype=np.float32)
+    lib.qgpu_deltanet_step_sparse(_floats(S), h, S.shape[1], dv, *map(_floats, (q, k, v, g, beta, o)),
+                                  ffi.from_buffer("int32_t[]", clean))
+    return o

@@ -245,3 +245,20 @@ def deltanet_prefill(S: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray,
     for t in range(q.shape[0]):
         o[t] = deltanet_step(S, q[t], k[t], v[t], g[t], beta[t])
     return o
+
+
+def state_clean(S: np.ndarray) -> np.ndarray:
+    """int32 [H]: 1 where head h's state S[h] is all finite with no -0 (what the sparse step's fast path
+    needs to skip rows; see deltanet_step_sparse)."""
+    neg_zero = (S == 0) & np.signbit(S)
+    return (np.isfinite(S).all(axis=(1, 2)) & ~neg_zero.any(axis=(1, 2))).astype(np.int32)
+
+
+def deltanet_step_sparse(S: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray,
+                         beta: np.ndarray, clean: np.ndarray) -> np.ndarray:
+    """deltanet_step, the same result; clean int32 [H] (in: head known clean, out: head clean now) is set
+    to state_clean(S) of the updated state. The C kernel uses the flags to touch only the rows of nonzero
+    keys and queries; its result must not depend on them, which is what this twin states."""
+    o = deltanet_step(S, q, k, v, g, beta)
+    clean[:] = state_clean(S)
+    return o

@@ -1,0 +1,91 @@
+"""deltanet_step_sparse (the decode fast path for one-hot keys/queries) against the dense C step and the
+NumPy reference: same bits in S and o, and the clean flags equal a scan of the final state."""
+import numpy as np
+import pytest
+
+from qgpu_min.model import kernels as K
+from qgpu_min.model import kernels_ref as R
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a).view(np.uint32)
+
+
+def _case(rng, h=4, dk=16, dv=12, hot=1, decay_one=True, qhot=1):
+    """A state of small integers times powers of two (like the circuit's), keys/queries with `hot` nonzero
+    entries per head (some -0 entries among the zeros), decay exactly 1 in most heads."""
+    S = (rng.integers(-3, 4, (h, dk, dv)) * 0.5).astype(np.float32)
+    S[rng.random(S.shape) < 0.5] = 0.0
+    k = np.zeros((h, dk), np.float32)
+    q = np.zeros((h, dk), np.float32)
+    k[rng.random(k.shape) < 0.2] = -0.0
+    for hh in range(h):
+        k[hh, rng.choice(dk, hot, replace=False)] = rng.choice([1.0, -1.0, 0.5], hot)
+        q[hh, rng.choice(dk, qhot, replace=False)] = rng.choice([0.25, -0.125], qhot)
+    v = (rng.integers(-4, 5, (h, dv)) * 0.25).astype(np.float32)
+    g = np.zeros(h, np.float32) if decay_one else (-rng.random(h)).astype(np.float32)
+    if decay_one:
+        g[-1] = -0.3  # one head decays: it takes the dense path
+    beta = rng.choice([0.5, 1.0, 0.75], h).astype(np.float32)
+    return S, q, k, v, g, beta
+
+
+def _check(S, q, k, v, g, beta, clean_in):
+    dense_S, ref_S, fast_S = S.copy(), S.copy(), S.copy()
+    o_dense = K.deltanet_step(dense_S, q, k, v, g, beta)
+    clean = clean_in.copy()
+    o_fast = K.deltanet_step_sparse(fast_S, q, k, v, g, beta, clean)
+    ref_clean = clean_in.copy()
+    o_ref = R.deltanet_step_sparse(ref_S, q, k, v, g, beta, ref_clean)
+    assert np.array_equal(_bits(o_fast), _bits(o_dense)) and np.array_equal(_bits(fast_S), _bits(dense_S))
+    assert np.array_equal(clean, R.state_clean(fast_S)) and np.array_equal(clean, ref_clean)
+    np.testing.assert_allclose(o_fast, o_ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(fast_S, ref_S, rtol=1e-5, atol=1e-6)
+    return fast_S, clean
+
+
+@pytest.mark.parametrize("hot,qhot", [(1, 1), (0, 1), (3, 2), (16, 16)])
+def test_sparse_step_equals_dense_step_bit_for_bit(hot, qhot):
+    rng = np.random.default_rng(hot * 10 + qhot)
+    S, q, k, v, g, beta = _case(rng, hot=hot, qhot=qhot)
+    clean = R.state_clean(S)
+    assert clean.all()
+    for _ in range(20):  # a run of tokens through one state, flags carried along
+        S, clean = _check(S, q, k, v, g, beta, clean)
+        S, q, k, v, g, beta = S, *_case(rng, hot=hot, qhot=qhot)[1:]
+
+
+def test_unclean_states_take_the_dense_path():
+    rng = np.random.default_rng(7)
+    S, q, k, v, g, beta = _case(rng)
+    S[0, 3, 2] = -0.0        # a -0 where an untouched row would turn it into +0
+    S[1, 5, 1] = np.inf      # inf * 0 is NaN in the dense read
+    S[2, 0, 0] = np.nan
+    _check(S, q, k, v, g, beta, R.state_clean(S))
+    _check(S, q, k, v, g, beta, np.zeros(4, np.int32))  # flags unknown: dense, then scanned
+
+
+def test_non_finite_inputs_and_overflow_fall_back():
+    rng = np.random.default_rng(8)
+    S, q, k, v, g, beta = _case(rng)
+    v[0, 0] = np.inf                      # delta inf: the zero-key rows become NaN in the dense step
+    q[1, 0] = np.nan
+    k[2, 1] = 3e38
+    S[2, 1] = 3e38                        # the touched row overflows: unclean, read densely
+    _check(S, q, k, v, g, beta, np.ones(4, np.int32))
+    S, q, k, v, g, beta = _case(rng)
+    k[0] = 0.0
+    k[0, 2] = 1.0
+    S[0, 2] = 0.0
+    v[0] = -0.0                           # delta -0: +0 + -0 stays +0 (a clean state never gains a -0)
+    beta[0] = 1.0
+    S2, clean = _check(S, q, k, v, g, beta, np.ones(4, np.int32))
+    assert clean[0] == 1 and not np.signbit(S2[0, 2]).any()
+
+
+def test_sparse_step_argument_checks():
+    S, q, k, v, g, beta = _case(np.random.default_rng(1))
+    with pytest.raises(K.KernelInputError, match="clean"):
+        K.deltanet_step_sparse(S, q, k, v, g, beta, np.ones(4, np.int64))
+    with pytest.raises(K.KernelInputError, match="clean"):
+        K.deltanet_step_sparse(S, q, k, v, g, beta, np.ones(3, np.int32))

@@ -1,0 +1,75 @@
+"""The decode fast paths on the GPU in the weights (the circuit-only model), against the plain forward pass:
+the same logits and the same DeltaNet/conv states, bit for bit, in fp32 and bf16 mode, over a whole
+launch (examples/dot.cu's prompt, then every generated token fed back)."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from qgpu_min.model import kernels
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    from qgpu_min.gpu import backend
+    return backend.compiled(backend.SPEC)
+
+
+@pytest.fixture(scope="module")
+def launch_ids(gpu):
+    """(prompt ids, generated ids fed back) of the dot example, recorded from a circuit launch."""
+    from qgpu_min.gpu.layout import GpuSpec
+    from qgpu_min.gpu.program import block_format
+    from qgpu_min.host.launch import compile_kernel, for_format, launch
+
+    model = gpu.model("fp32")
+    seen: dict = {"prompt": None, "fed": []}
+    prefill, decode = model.prefill, model.decode
+    model.prefill = lambda state, ids, *a, **k: (seen.__setitem__("prompt", list(ids)), prefill(state, ids, *a, **k))[1]
+    model.decode = lambda state, t, *a, **k: (seen["fed"].append(t), decode(state, t, *a, **k))[1]
+    try:
+        k = compile_kernel(ROOT / "examples" / "dot.cu")
+        res = launch(for_format(k, block_format(GpuSpec())), [[1, 2, 3], [4, 5, 6], [0], 3], block=(3, 1),
+                     backend="circuit")
+    finally:
+        del model.prefill, model.decode
+    assert list(res.arrays["out"]) == [32]
+    return seen["prompt"], seen["fed"]
+
+
+def _run(model, prompt, fed):
+    state = model.new_state()
+    logits = [model.prefill(state, prompt)]
+    logits += [model.decode(state, t) for t in fed]
+    return np.stack(logits), state
+
+
+def _bits(a):
+    return np.ascontiguousarray(a).view(np.uint32)
+
+
+@pytest.mark.parametrize("mode", ["fp32", "bf16"])
+def test_fast_decode_equals_plain_forward_bit_for_bit(gpu, launch_ids, mode, monkeypatch):
+    prompt, fed = launch_ids
+    model = copy.copy(gpu.model(mode))  # its own attributes: the plain run below switches them off
+    # 25 of the 38 layers hold no memory: their DeltaNet weights are exactly zero, found from the weights
+    assert len(model.silent_mixers) == 25
+    fast, fast_state = _run(model, prompt, fed)
+    model.silent_mixers = frozenset()
+    monkeypatch.setattr(kernels, "deltanet_step_sparse",
+                        lambda S, q, k, v, g, beta, clean: kernels.deltanet_step(S, q, k, v, g, beta))
+    plain, plain_state = _run(model, prompt, fed)
+    assert np.array_equal(_bits(fast), _bits(plain))
+    for i in plain_state.recurrent:
+        assert np.array_equal(_bits(fast_state.recurrent[i]), _bits(plain_state.recurrent[i]))
+        assert np.array_equal(_bits(fast_state.conv[i]), _bits(plain_state.conv[i]))
+    for i in gpu.model(mode).silent_mixers:  # the skipped layers' state really stays +0 in the plain run
+        assert not _bits(plain_state.recurrent[i]).any() and not _bits(plain_state.conv[i]).any()
+    # the memory layers' heads kept the clean flag through decode (the fast path was taken)
+    assert all(fast_state.clean[i].all() for i in fast_state.clean)
