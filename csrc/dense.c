@@ -10,6 +10,7 @@
  * range, a tile of 4 rows x T tokens (T = 4 AVX-512, 2 AVX2, 1 generic) reuses each loaded weight chunk
  * across its T tokens, and a block of tokens of X (~256 KiB) stays in cache while the rows stream past it.
  */
+#include <math.h>
 #include <string.h>
 
 #include "qgpu_core.h"
@@ -344,4 +345,90 @@ void qgpu_matmul_bf16(const uint16_t *w, size_t out, size_t in, const float *x, 
 
 void qgpu_matvec_bf16(const uint16_t *w, size_t out, size_t in, const float *x, float *y) {
     qgpu_matmul_bf16(w, out, in, x, 1, y);
+}
+
+/* ---- chunked products: the dense arithmetic without the all-zero chunks ----
+ *
+ * A row of W is stored as the chunks of `lanes` columns (the SIMD level's L: 16 AVX-512, 8 AVX2 and
+ * generic) that hold a nonzero weight, with their starting columns; the dense code's accumulator sees
+ * exactly these chunks, in the same order, and the same reduction. A skipped chunk would have added
+ * w * x = +-0 to every lane (x finite: the caller checks), and a lane that starts at +0 is never -0, so
+ * adding +-0 changes nothing: the result is the dense product's, bit for bit. The last chunk of a row
+ * whose width is not a multiple of L is zero-padded in storage and its x tail read as zeros, as the dense
+ * tail is. */
+typedef struct {
+    size_t out, in;
+    const int64_t *ptr;
+    const int32_t *cols;
+    const uint16_t *w;
+    const float *x;
+    float *y;
+} chunk_args;
+
+static void chunk_rows_generic(void *ctx, size_t r0, size_t r1) {
+    const chunk_args *a = (const chunk_args *)ctx;
+    for (size_t r = r0; r < r1; r++) {
+        v4f even = {0}, odd = {0};
+        for (int64_t c = a->ptr[r]; c < a->ptr[r + 1]; c++) {
+            size_t k = (size_t)a->cols[c];
+            float xk[8] = {0};
+            memcpy(xk, a->x + k, (k + 8 <= a->in ? 8 : a->in - k) * sizeof *xk);
+            v4f x_even = {xk[0], xk[2], xk[4], xk[6]}, x_odd = {xk[1], xk[3], xk[5], xk[7]};
+            v4u u;
+            memcpy(&u, a->w + (size_t)c * 8, sizeof u);
+            even += as_v4f(EVEN_WEIGHTS(u)) * x_even;
+            odd += as_v4f(ODD_WEIGHTS(u)) * x_odd;
+        }
+        float lanes[4];
+        v4f sum = even + odd;
+        memcpy(lanes, &sum, sizeof lanes);
+        a->y[r] = (lanes[0] + lanes[2]) + (lanes[1] + lanes[3]);
+    }
+}
+
+#ifdef QGPU_X86
+AVX2 static void chunk_rows_avx2(void *ctx, size_t r0, size_t r1) {
+    const chunk_args *a = (const chunk_args *)ctx;
+    for (size_t r = r0; r < r1; r++) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t c = a->ptr[r]; c < a->ptr[r + 1]; c++) {
+            size_t k = (size_t)a->cols[c];
+            __m256 xv = k + 8 <= a->in ? _mm256_loadu_ps(a->x + k) : load_x8_tail(a->x + k, a->in - k);
+            acc = _mm256_fmadd_ps(load_w8(a->w + (size_t)c * 8), xv, acc);
+        }
+        a->y[r] = reduce8(acc);
+    }
+}
+
+AVX512 static void chunk_rows_avx512(void *ctx, size_t r0, size_t r1) {
+    const chunk_args *a = (const chunk_args *)ctx;
+    for (size_t r = r0; r < r1; r++) {
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t c = a->ptr[r]; c < a->ptr[r + 1]; c++) {
+            size_t k = (size_t)a->cols[c];
+            __m512 xv = k + 16 <= a->in ? _mm512_loadu_ps(a->x + k)
+                                        : _mm512_maskz_loadu_ps((__mmask16)((1u << (a->in - k)) - 1u), a->x + k);
+            acc = _mm512_fmadd_ps(load_w16(a->w + (size_t)c * 16), xv, acc);
+        }
+        a->y[r] = reduce16(acc);
+    }
+}
+#endif
+
+int qgpu_isa_lanes(int level) { return level == ISA_AVX512 ? 16 : 8; }
+
+int qgpu_chunked_matvec_bf16(size_t out, size_t in, size_t lanes, const int64_t *ptr, const int32_t *cols,
+                             const uint16_t *w, const float *x, float *y) {
+    int level = qgpu_get_isa();
+    if (lanes != (size_t)qgpu_isa_lanes(level)) return 0;
+    for (size_t i = 0; i < in; i++)
+        if (!isfinite(x[i])) return 0; /* 0 * inf is NaN in the dense product: the caller runs that */
+    qgpu_range_fn fn = chunk_rows_generic;
+#ifdef QGPU_X86
+    if (level == ISA_AVX2) fn = chunk_rows_avx2;
+    if (level == ISA_AVX512) fn = chunk_rows_avx512;
+#endif
+    chunk_args a = {out, in, ptr, cols, w, x, y};
+    qgpu_parallel_for(out, ROW_GRAIN, (size_t)ptr[out] * lanes + out, fn, &a);
+    return 1;
 }

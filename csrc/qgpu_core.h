@@ -61,6 +61,14 @@ void qgpu_deltanet_prefill(float *s, size_t h, size_t dk, size_t dv, size_t t, c
  * return clean[h] says whether S[h] is clean now (always what a scan of it would say). */
 void qgpu_deltanet_step_sparse(float *s, size_t h, size_t dk, size_t dv, const float *q, const float *k,
                                const float *v, const float *g, const float *beta, float *o, int32_t *clean);
+/* Lanes of the dense products' accumulator at a SIMD level (16 AVX-512, 8 otherwise). */
+int qgpu_isa_lanes(int level);
+/* y = W x for W stored as its nonzero chunks of `lanes` columns: row r's chunks are ptr[r] .. ptr[r+1],
+ * chunk c starts at column cols[c], its weights w[c * lanes ..] (zero-padded past `in`). Bit-identical to
+ * qgpu_matvec_bf16 of the dense W at the current SIMD level. Returns 0 without computing when `lanes` is
+ * not that level's or x holds a non-finite value (the dense product is then the one to run), else 1. */
+int qgpu_chunked_matvec_bf16(size_t out, size_t in, size_t lanes, const int64_t *ptr, const int32_t *cols,
+                             const uint16_t *w, const float *x, float *y);
 /* CDEF END */
 
 /* Internal: run fn(ctx, begin, end) over contiguous ranges covering [0, n), on up to qgpu_get_threads()

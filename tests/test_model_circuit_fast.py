@@ -61,7 +61,9 @@ def test_fast_decode_equals_plain_forward_bit_for_bit(gpu, launch_ids, mode, mon
     # 25 of the 38 layers hold no memory: their DeltaNet weights are exactly zero, found from the weights
     assert len(model.silent_mixers) == 25
     fast, fast_state = _run(model, prompt, fed)
+    assert model.chunked_head() is not None  # the tied LM head is multiplied chunk-sparse
     model.silent_mixers = frozenset()
+    model._head_chunks = {kernels.isa_lanes(): None}  # the plain run: the dense LM head
     monkeypatch.setattr(kernels, "deltanet_step_sparse",
                         lambda S, q, k, v, g, beta, clean: kernels.deltanet_step(S, q, k, v, g, beta))
     plain, plain_state = _run(model, prompt, fed)

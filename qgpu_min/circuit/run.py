@@ -49,7 +49,9 @@ def circuit_model(layers: list[LayerWeights], shape: BaseShape, embed: np.ndarra
     bits = f32_to_bf16(np.ascontiguousarray(embed, np.float32))
     w = Weights(embed=bits, lm_head=bits, final_norm=np.zeros(shape.hidden, np.float32),
                 layers=[runtime_layer(lw) for lw in layers], files=None)
-    return Model(text_config(shape, len(layers), embed.shape[0]), w, mode)
+    model = Model(text_config(shape, len(layers), embed.shape[0]), w, mode)
+    model.chunked_head()  # built now rather than inside the first decode step
+    return model
 
 
 def read_groups(p: Plan, hidden: np.ndarray, groups: list[Group], tol: float = 1e-3) -> np.ndarray:

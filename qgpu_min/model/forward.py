@@ -48,6 +48,9 @@ TokenIds = Sequence[int] | np.ndarray  # 1-D, checked by Model._check_ids
 MODES = ("fp32", "bf16")
 ATTENTION_BLOCK = 256  # prefill queries attended at a time
 F32_VECTORS = ("A_log", "gdn_norm")  # stored F32 in the published checkpoint
+# An LM head with at most this fraction of nonzero SIMD chunks is multiplied chunk-sparse (Model.chunked_head):
+# a circuit model's embedding has ~16% (20 of 128 chunks of 16 per row); a trained one ~100%.
+HEAD_CHUNK_DENSITY = 0.5
 
 
 def check_mode(mode: str) -> None:
@@ -103,6 +106,7 @@ class Model:
         self._inv_freq = (np.float32(1) / np.power(np.float32(config.rope_theta),
                                                    np.arange(0, rot, 2, dtype=np.float32) / np.float32(rot)))
         self._subset_cache: tuple[bytes, np.ndarray] | None = None
+        self._head_chunks: dict[int, kernels.ChunkedBF16 | None] = {}  # SIMD lanes -> chunked LM head
         self.silent_mixers = frozenset(i for i, kind in enumerate(config.layer_types)
                                        if kind == "linear_attention" and self._silent_deltanet(weights.layers[i]))
 
@@ -168,8 +172,27 @@ class Model:
         head = self._head(token_subset)
         return self._apply_head(head, self.forward_hidden(state, [token_id])[0])
 
+    def chunked_head(self) -> kernels.ChunkedBF16 | None:
+        """The full LM head as its nonzero chunks at the current SIMD level's width, when at most
+        HEAD_CHUNK_DENSITY of its chunks hold a nonzero (a circuit model's embedding rows), else None.
+        Built once per width (the probe of a dense head reads a few rows only)."""
+        lanes = kernels.isa_lanes()
+        if lanes not in self._head_chunks:
+            w = self.weights.lm_head
+            chunked = None
+            if isinstance(w, np.ndarray) and w.dtype == np.uint16 and w.flags.c_contiguous:
+                probe = w[np.linspace(0, w.shape[0] - 1, min(64, w.shape[0])).astype(np.int64)]
+                if kernels.ChunkedBF16.from_dense(np.ascontiguousarray(probe), lanes).chunks \
+                        <= HEAD_CHUNK_DENSITY * probe.shape[0] * -(-w.shape[1] // lanes):
+                    chunked = kernels.ChunkedBF16.from_dense(w, lanes)
+            self._head_chunks[lanes] = chunked
+        return self._head_chunks[lanes]
+
     def _apply_head(self, w, hidden: np.ndarray) -> np.ndarray:
         if hidden.ndim == 1:
+            chunked = self.chunked_head() if w is self.weights.lm_head else None
+            if chunked is not None:  # the dense product's bits, without its all-zero chunks
+                return self.r(kernels.chunked_matvec(chunked, hidden))
             return self.r(kernels.matvec_bf16(w, hidden))
         return self.r(kernels.matmul_bf16(w, hidden))
 

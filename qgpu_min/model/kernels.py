@@ -19,7 +19,7 @@ import numpy as np
 
 from qgpu_min._core import ffi, lib
 from qgpu_min.model.kernels_ref import (  # noqa: F401  (re-exported: same API as kernels_ref)
-    SPARSE_MAX_DENSITY, KernelInputError, SparseBF16, count_nonzero_bf16, l2norm, maybe_sparse, silu)
+    SPARSE_MAX_DENSITY, ChunkedBF16, KernelInputError, SparseBF16, count_nonzero_bf16, l2norm, maybe_sparse, silu)
 from qgpu_min.model.kernels_ref import describe_arg
 
 ISA_NAMES = ("generic", "avx2", "avx512")
@@ -325,3 +325,25 @@ def deltanet_step_sparse(S: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndar
     lib.qgpu_deltanet_step_sparse(_floats(S), h, S.shape[1], dv, *map(_floats, (q, k, v, g, beta, o)),
                                   ffi.from_buffer("int32_t[]", clean))
     return o
+
+
+def isa_lanes() -> int:
+    """Lanes of the dense products' accumulator at the current SIMD level: the ChunkedBF16.lanes that
+    chunked_matvec runs with (16 AVX-512, 8 AVX2 and generic)."""
+    return int(lib.qgpu_isa_lanes(lib.qgpu_get_isa()))
+
+
+def chunked_matvec(w: ChunkedBF16, x: np.ndarray) -> np.ndarray:
+    """matvec_bf16(w.dense, x), bit for bit, reading only the nonzero chunks: x f32 [in] -> f32 [out]. When
+    w.lanes is not the current SIMD level's, or x holds inf/NaN (0 * inf is NaN in the dense sum), the
+    dense product itself runs."""
+    if not isinstance(w, ChunkedBF16):
+        raise KernelInputError(f"chunked_matvec: w must be a ChunkedBF16, got {describe_arg(w)}")
+    out, n_in = w.shape
+    x = _activation("chunked_matvec", "x", x, (n_in,))
+    y = np.empty(out, dtype=np.float32)
+    if not lib.qgpu_chunked_matvec_bf16(out, n_in, w.lanes, ffi.from_buffer("int64_t[]", w.ptr),
+                                        ffi.from_buffer("int32_t[]", w.cols),
+                                        ffi.from_buffer("uint16_t[]", w.values), _floats(x), _floats(y)):
+        return matvec_bf16(w.dense, x)
+    return y

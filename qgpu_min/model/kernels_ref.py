@@ -126,6 +126,67 @@ def maybe_sparse(w_bits: np.ndarray, max_density: float = SPARSE_MAX_DENSITY) ->
     return SparseBF16.from_dense(w_bits)
 
 
+@dataclass(frozen=True)
+class ChunkedBF16:
+    """A bf16 matrix [out, in] stored as the chunks of `lanes` consecutive columns (from column 0, in steps
+    of lanes) that hold a nonzero weight: row r's chunks are ptr[r] .. ptr[r+1], chunk c starts at column
+    cols[c] and its weights are values[c * lanes : (c + 1) * lanes] (zero past the row's end). `dense` is
+    the matrix itself (kept, not copied: the product falls back to it). For a mostly-zero matrix whose
+    dense product must keep its exact bits (the tied LM head of a circuit model): the chunked product does
+    the dense product's arithmetic without the chunks that add only zeros."""
+
+    shape: tuple[int, int]
+    lanes: int
+    ptr: np.ndarray     # int64 [out + 1]
+    cols: np.ndarray    # int32 [chunks]
+    values: np.ndarray  # uint16 [chunks * lanes]
+    dense: np.ndarray   # uint16 [out, in]
+
+    @property
+    def chunks(self) -> int:
+        return int(self.cols.shape[0])
+
+    @classmethod
+    def from_dense(cls, w_bits: np.ndarray, lanes: int) -> "ChunkedBF16":
+        if not isinstance(w_bits, np.ndarray) or w_bits.dtype != np.uint16 or w_bits.ndim != 2 \
+                or not w_bits.flags.c_contiguous:
+            raise KernelInputError(f"ChunkedBF16.from_dense needs a contiguous 2-D uint16 array of bf16 bits, "
+                                   f"got {describe_arg(w_bits)}")
+        if lanes not in (8, 16):
+            raise KernelInputError(f"ChunkedBF16: lanes must be 8 or 16, not {lanes}")
+        out, n_in = w_bits.shape
+        n_chunks = -(-n_in // lanes)
+        counts = np.zeros(out, np.int64)
+        cols, values = [], []
+        step = _chunk_rows(w_bits)
+        for r0 in range(0, out, step):  # row blocks: temporaries stay small for a large mapped matrix
+            block = w_bits[r0:r0 + step]
+            padded = np.zeros((block.shape[0], n_chunks * lanes), np.uint16)
+            padded[:, :n_in] = block
+            padded = padded.reshape(block.shape[0], n_chunks, lanes)
+            rows, chunk = np.nonzero((padded & np.uint16(0x7FFF)).any(axis=2))  # row-major: columns ascending
+            counts[r0:r0 + block.shape[0]] = np.bincount(rows, minlength=block.shape[0])
+            cols.append((chunk * lanes).astype(np.int32))
+            values.append(padded[rows, chunk].reshape(-1))
+        ptr = np.zeros(out + 1, np.int64)
+        np.cumsum(counts, out=ptr[1:])
+        return cls((int(out), int(n_in)), lanes, ptr, np.concatenate(cols or [np.zeros(0, np.int32)]),
+                   np.concatenate(values or [np.zeros(0, np.uint16)]), w_bits)
+
+    def to_dense(self) -> np.ndarray:
+        out, n_in = self.shape
+        n_chunks = -(-n_in // self.lanes)
+        full = np.zeros((out, n_chunks, self.lanes), np.uint16)
+        rows = np.repeat(np.arange(out), np.diff(self.ptr))
+        full[rows, self.cols // self.lanes] = self.values.reshape(-1, self.lanes)
+        return np.ascontiguousarray(full.reshape(out, -1)[:, :n_in])
+
+
+def chunked_matvec(w: ChunkedBF16, x: np.ndarray) -> np.ndarray:
+    """matvec_bf16 of the matrix the chunks came from (the zero chunks add nothing): f32 [out]."""
+    return matvec_bf16(w.to_dense(), x)
+
+
 def matvec_bf16(w_bits: np.ndarray | SparseBF16, x: np.ndarray) -> np.ndarray:
     """y[o] = sum_i W[o, i] * x[i]: W bf16 [out, in] (dense bits or SparseBF16), x f32 [in] -> f32 [out]."""
     if isinstance(w_bits, SparseBF16):

@@ -1,0 +1,57 @@
+"""chunked_matvec (the dense product without its all-zero chunks, for the circuit model's tied LM head)
+against the dense C product at every SIMD level: the same bits; and the format's round trip."""
+import numpy as np
+import pytest
+
+from qgpu_min.model import kernels as K
+from qgpu_min.model import kernels_ref as R
+from qgpu_min.model.bf16 import f32_to_bf16
+
+from ccore_fixtures import isa, threads  # noqa: F401  (pytest fixtures)
+
+
+def _sparse_rows(rng, out, n_in, density=0.04):
+    """Mostly-zero rows with clustered nonzeros and -0 weights among the zeros (a -0 chunk is skipped)."""
+    w = np.zeros((out, n_in), np.float32)
+    mask = rng.random((out, n_in)) < density
+    w[mask] = rng.standard_normal(int(mask.sum()))
+    w[:, 3] = 1.0                                   # a column every row uses
+    bits = f32_to_bf16(w)
+    bits[(rng.random(bits.shape) < 0.01) & (bits == 0)] = 0x8000
+    return bits
+
+
+@pytest.mark.parametrize("shape", [(300, 2048), (37, 517), (5, 8), (64, 13)])
+def test_chunked_equals_dense_bit_for_bit(isa, threads, shape):
+    rng = np.random.default_rng(shape[0] + shape[1])
+    w = _sparse_rows(rng, *shape)
+    c = K.ChunkedBF16.from_dense(w, K.isa_lanes())
+    assert np.array_equal(c.to_dense() & 0x7FFF, w & 0x7FFF)  # only -0s of skipped chunks are lost
+    x = rng.standard_normal(shape[1]).astype(np.float32)
+    y = K.chunked_matvec(c, x)
+    assert np.array_equal(y.view(np.uint32), K.matvec_bf16(w, x).view(np.uint32))
+    np.testing.assert_allclose(y, R.chunked_matvec(c, x), rtol=1e-5, atol=1e-5)
+    assert c.chunks < (shape[1] + c.lanes - 1) // c.lanes * shape[0] or shape[1] <= 16
+
+
+def test_other_lanes_and_non_finite_inputs_run_the_dense_product():
+    rng = np.random.default_rng(3)
+    w = _sparse_rows(rng, 50, 100)
+    x = rng.standard_normal(100).astype(np.float32)
+    other = K.ChunkedBF16.from_dense(w, 24 - K.isa_lanes())  # the other level's width
+    assert np.array_equal(K.chunked_matvec(other, x).view(np.uint32), K.matvec_bf16(w, x).view(np.uint32))
+    x[7] = np.inf
+    with np.errstate(invalid="ignore"):
+        c = K.ChunkedBF16.from_dense(w, K.isa_lanes())
+        assert np.array_equal(K.chunked_matvec(c, x).view(np.uint32), K.matvec_bf16(w, x).view(np.uint32))
+
+
+def test_chunked_argument_checks():
+    with pytest.raises(K.KernelInputError, match="lanes"):
+        K.ChunkedBF16.from_dense(np.zeros((2, 8), np.uint16), 4)
+    with pytest.raises(K.KernelInputError, match="uint16"):
+        K.ChunkedBF16.from_dense(np.zeros((2, 8), np.float32), 8)
+    c = K.ChunkedBF16.from_dense(np.zeros((2, 8), np.uint16), 8)
+    assert c.chunks == 0 and not K.chunked_matvec(c, np.ones(8, np.float32)).any()
+    with pytest.raises(K.KernelInputError, match="x"):
+        K.chunked_matvec(c, np.ones(9, np.float32))
