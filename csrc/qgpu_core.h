@@ -69,6 +69,18 @@ int qgpu_isa_lanes(int level);
  * not that level's or x holds a non-finite value (the dense product is then the one to run), else 1. */
 int qgpu_chunked_matvec_bf16(size_t out, size_t in, size_t lanes, const int64_t *ptr, const int32_t *cols,
                              const uint16_t *w, const float *x, float *y);
+/* In place: x = round_bf16(x), as bf16.round_bf16 does. */
+void qgpu_round_bf16(float *x, size_t n);
+/* A sparse MLP's decode step, first half. R = round_bf16 if bf16 else identity. h_mid = add_zero ? R(h + 0)
+ * : h (the exact output of a silent mixer); u = R(rmsnorm(h_mid, w, eps, 1 + w)); g = R(G u), p = R(P u)
+ * for CSR G, P [m, d] (the gate/up rows of the active units). */
+void qgpu_mlp_in(const float *h, size_t d, const float *w, float eps, int add_zero, int bf16, size_t m,
+                 const int64_t *gp, const int32_t *gi, const uint16_t *gv, const int64_t *up, const int32_t *ui,
+                 const uint16_t *uv, float *h_mid, float *u, float *g, float *p);
+/* Second half, with s = silu(g) from the caller: act = bf16 ? R(R(s) * p) : s * p; y = R(D act) for CSR D
+ * [d, m] (down_proj, columns renumbered to the active units); h_out = R(h_mid + y). */
+void qgpu_mlp_out(const float *h_mid, size_t d, int bf16, size_t m, const float *s, const float *p,
+                  const int64_t *dp, const int32_t *di, const uint16_t *dv, float *act, float *y, float *h_out);
 /* CDEF END */
 
 /* Internal: run fn(ctx, begin, end) over contiguous ranges covering [0, n), on up to qgpu_get_threads()

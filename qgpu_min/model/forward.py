@@ -109,6 +109,12 @@ class Model:
         self._head_chunks: dict[int, kernels.ChunkedBF16 | None] = {}  # SIMD lanes -> chunked LM head
         self.silent_mixers = frozenset(i for i, kind in enumerate(config.layer_types)
                                        if kind == "linear_attention" and self._silent_deltanet(weights.layers[i]))
+        # decode's fused MLP step for layers whose gate/up/down are all CSR (circuit layers)
+        self._mlp_steps = {
+            i: kernels.SparseMlpStep(kernels.SparseMlp.from_weights(w["gate"], w["up"], w["down"]), w["post_norm"],
+                                     config.rms_norm_eps, mode == "bf16")
+            for i, w in enumerate(weights.layers)
+            if all(isinstance(w.get(n), kernels.SparseBF16) for n in ("gate", "up", "down"))}
 
     def _silent_deltanet(self, w: dict) -> bool:
         """Whether this DeltaNet layer's mixer provably outputs exactly +0 and keeps a +0 state at +0, for
@@ -239,20 +245,27 @@ class Model:
 
     def _layer(self, state: State, i: int, kind: str, h: np.ndarray) -> np.ndarray:
         w = self.weights.layers[i]
-        if i in self.silent_mixers and i in state.zero:
-            h = self.r(h + np.float32(0))   # the mixer's exact +0 output (h + 0 turns a -0 into +0)
-        else:
-            u = self._norm(h, w["in_norm"])
-            if kind == "linear_attention":
-                state.zero.discard(i)
-                mixed = self._deltanet(state, i, w, u)
-            else:
-                mixed = self._attention(state, i, w, u)
-            h = self.r(h + mixed)
+        silent = i in self.silent_mixers and i in state.zero
+        step = self._mlp_steps.get(i) if h.shape[0] == 1 else None
+        if step is not None:  # decode through a sparse MLP: two C calls around NumPy's SiLU
+            if not silent:
+                h = self._mixer(state, i, kind, w, h)
+            h_mid, g, p = step.first(h[0], add_zero=silent)  # add_zero: the silent mixer's exact +0
+            return step.second(h_mid, kernels.silu(g), p)[None]
+        # a silent mixer's exact +0 output (h + 0 turns a -0 into +0)
+        h = self.r(h + np.float32(0)) if silent else self._mixer(state, i, kind, w, h)
         u = self._norm(h, w["post_norm"])
         gate, up = self._linears([w["gate"], w["up"]], u)
         act = self.r(self.r(kernels.silu(gate)) * up)
         return self.r(h + self._linear(w["down"], act))
+
+    def _mixer(self, state: State, i: int, kind: str, w: dict, h: np.ndarray) -> np.ndarray:
+        """h + Mixer(RMSNorm(h)), rounded: the first half of a layer."""
+        u = self._norm(h, w["in_norm"])
+        if kind == "linear_attention":
+            state.zero.discard(i)
+            return self.r(h + self._deltanet(state, i, w, u))
+        return self.r(h + self._attention(state, i, w, u))
 
     def _deltanet(self, state: State, i: int, w: dict, u: np.ndarray) -> np.ndarray:
         cfg, r, T = self.config, self.r, u.shape[0]

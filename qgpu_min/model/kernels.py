@@ -19,7 +19,8 @@ import numpy as np
 
 from qgpu_min._core import ffi, lib
 from qgpu_min.model.kernels_ref import (  # noqa: F401  (re-exported: same API as kernels_ref)
-    SPARSE_MAX_DENSITY, ChunkedBF16, KernelInputError, SparseBF16, count_nonzero_bf16, l2norm, maybe_sparse, silu)
+    SPARSE_MAX_DENSITY, ChunkedBF16, KernelInputError, SparseBF16, SparseMlp, count_nonzero_bf16, l2norm,
+    maybe_sparse, silu)
 from qgpu_min.model.kernels_ref import describe_arg
 
 ISA_NAMES = ("generic", "avx2", "avx512")
@@ -347,3 +348,41 @@ def chunked_matvec(w: ChunkedBF16, x: np.ndarray) -> np.ndarray:
                                         ffi.from_buffer("uint16_t[]", w.values), _floats(x), _floats(y)):
         return matvec_bf16(w.dense, x)
     return y
+
+
+def _csr(w: SparseBF16) -> tuple:
+    return (ffi.from_buffer("int64_t[]", w.indptr), ffi.from_buffer("int32_t[]", w.indices),
+            ffi.from_buffer("uint16_t[]", w.values))
+
+
+class SparseMlpStep:
+    """One layer's sparse MLP for one token (decode), in two C calls around NumPy's SiLU, bit-identical to
+    the forward pass's separate calls (kernels_ref.mlp_in / mlp_out state the math). The weights' C
+    pointers are taken once; the calls check their activations' shape and dtype only (they are the
+    forward pass's own float32 buffers)."""
+
+    def __init__(self, mlp: SparseMlp, norm_w: np.ndarray, eps: float, bf16: bool) -> None:
+        self.mlp, self.d, self.m = mlp, mlp.down.shape[0], mlp.units.shape[0]
+        self.norm_w = _activation("SparseMlpStep", "norm_w", norm_w, (self.d,))
+        self.eps, self.bf16 = float(eps), int(bool(bf16))
+        self._gate, self._up, self._down = _csr(mlp.gate), _csr(mlp.up), _csr(mlp.down)
+        self._w = _floats(self.norm_w)
+
+    def first(self, h: np.ndarray, add_zero: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(h_mid, g, p) as kernels_ref.mlp_in (u is not returned)."""
+        h = _activation("SparseMlpStep.first", "h", h, (self.d,))
+        h_mid, u = np.empty(self.d, np.float32), np.empty(self.d, np.float32)
+        g, p = np.empty(self.m, np.float32), np.empty(self.m, np.float32)
+        lib.qgpu_mlp_in(_floats(h), self.d, self._w, self.eps, int(bool(add_zero)), self.bf16, self.m,
+                        *self._gate, *self._up, _floats(h_mid), _floats(u), _floats(g), _floats(p))
+        return h_mid, g, p
+
+    def second(self, h_mid: np.ndarray, s: np.ndarray, p: np.ndarray) -> np.ndarray:
+        """h_out as kernels_ref.mlp_out, for s = silu(g)."""
+        h_mid = _activation("SparseMlpStep.second", "h_mid", h_mid, (self.d,))
+        s = _activation("SparseMlpStep.second", "s", s, (self.m,))
+        p = _activation("SparseMlpStep.second", "p", p, (self.m,))
+        act, y, h_out = np.empty(self.m, np.float32), np.empty(self.d, np.float32), np.empty(self.d, np.float32)
+        lib.qgpu_mlp_out(_floats(h_mid), self.d, self.bf16, self.m, _floats(s), _floats(p), *self._down,
+                         _floats(act), _floats(y), _floats(h_out))
+        return h_out

@@ -323,3 +323,62 @@ def deltanet_step_sparse(S: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndar
     o = deltanet_step(S, q, k, v, g, beta)
     clean[:] = state_clean(S)
     return o
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A sparse MLP's decode step (circuit layers), fused: see kernels.SparseMlpStep.
+
+
+@dataclass(frozen=True)
+class SparseMlp:
+    """A CSR MLP restricted to its active units: the intermediate units whose column of down_proj holds a
+    nonzero (the others' activations are never read: CSR skips zero weights). gate/up are those units' rows
+    [m, hidden], down has its columns renumbered to positions in `units` [hidden, m]; per row the same
+    values in the same order, so every product keeps its bits."""
+
+    units: np.ndarray  # int64 [m], ascending
+    gate: SparseBF16
+    up: SparseBF16
+    down: SparseBF16
+
+    @classmethod
+    def from_weights(cls, gate: SparseBF16, up: SparseBF16, down: SparseBF16) -> "SparseMlp":
+        units = np.unique(down.indices).astype(np.int64)
+        position = np.full(down.shape[1], -1, np.int64)
+        position[units] = np.arange(units.shape[0])
+        down_c = SparseBF16((down.shape[0], int(units.shape[0])), down.indptr.copy(),
+                            position[down.indices].astype(np.int32), down.values.copy())
+        return cls(units, _csr_rows(gate, units), _csr_rows(up, units), down_c)
+
+
+def _csr_rows(w: SparseBF16, rows: np.ndarray) -> SparseBF16:
+    """The CSR matrix of w's rows `rows`, in that order (each row's entries as they were)."""
+    counts = (w.indptr[rows + 1] - w.indptr[rows]).astype(np.int64)
+    indptr = np.zeros(rows.shape[0] + 1, np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    take = (np.concatenate([np.arange(w.indptr[r], w.indptr[r + 1]) for r in rows]).astype(np.int64)
+            if rows.shape[0] else np.zeros(0, np.int64))
+    return SparseBF16((int(rows.shape[0]), w.shape[1]), indptr, w.indices[take].copy(), w.values[take].copy())
+
+
+def _rounder(bf16: bool):
+    from qgpu_min.model.bf16 import round_bf16
+    return round_bf16 if bf16 else (lambda x: x)
+
+
+def mlp_in(h: np.ndarray, w: np.ndarray, eps: float, mlp: SparseMlp, add_zero: bool,
+           bf16: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(h_mid, u, g, p) for one token h f32 [d]: h_mid = R(h + 0) when add_zero (a silent mixer's exact
+    output added) else h; u = R(rmsnorm(h_mid, 1 + w)); g = R(gate u), p = R(up u) over the active units;
+    R rounds to bf16 in bf16 mode."""
+    r = _rounder(bf16)
+    h_mid = r(h + np.float32(0)) if add_zero else h.copy()
+    u = r(rmsnorm(h_mid, w, eps, plus_one=True))
+    return h_mid, u, r(sparse_matvec(mlp.gate, u)), r(sparse_matvec(mlp.up, u))
+
+
+def mlp_out(h_mid: np.ndarray, s: np.ndarray, p: np.ndarray, mlp: SparseMlp, bf16: bool) -> np.ndarray:
+    """h_mid + down(act) for s = silu(g): act = R(R(s) * p) (bf16) or s * p; h_out = R(h_mid + R(down act))."""
+    r = _rounder(bf16)
+    act = r(r(s) * p)
+    return r(h_mid + r(sparse_matvec(mlp.down, act)))

@@ -1,0 +1,53 @@
+/* Fused pieces of one decode step of a layer whose MLP is sparse (circuit layers): the calls the forward
+ * pass makes one by one, in one C call each, with the same arithmetic (so the same bits). The MLP's SiLU
+ * stays in NumPy between the two calls: its exp is NumPy's, which C's expf need not match. */
+#include <math.h>
+#include <string.h>
+
+#include "qgpu_core.h"
+
+/* bf16.round_bf16 for one value: round to nearest, ties to even; a NaN keeps its sign and top payload
+ * bits with the quiet bit set. */
+static inline float round_bf16f(float x) {
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    if (isnan(x))
+        b = (b | 0x00400000u) & 0xFFFF0000u;
+    else
+        b = (b + 0x7FFFu + ((b >> 16) & 1u)) & 0xFFFF0000u;
+    memcpy(&x, &b, sizeof x);
+    return x;
+}
+
+static void round_all(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = round_bf16f(x[i]);
+}
+
+void qgpu_round_bf16(float *x, size_t n) { round_all(x, n); }
+
+void qgpu_mlp_in(const float *h, size_t d, const float *w, float eps, int add_zero, int bf16, size_t m,
+                 const int64_t *gp, const int32_t *gi, const uint16_t *gv, const int64_t *up, const int32_t *ui,
+                 const uint16_t *uv, float *h_mid, float *u, float *g, float *p) {
+    for (size_t i = 0; i < d; i++) h_mid[i] = add_zero ? h[i] + 0.0f : h[i];
+    if (add_zero && bf16) round_all(h_mid, d);
+    qgpu_rmsnorm(h_mid, 1, d, w, eps, 1, u);
+    if (bf16) round_all(u, d);
+    if (!m) return;
+    qgpu_sparse_matmul(m, d, gp, gi, gv, u, 1, g);
+    qgpu_sparse_matmul(m, d, up, ui, uv, u, 1, p);
+    if (bf16) {
+        round_all(g, m);
+        round_all(p, m);
+    }
+}
+
+void qgpu_mlp_out(const float *h_mid, size_t d, int bf16, size_t m, const float *s, const float *p,
+                  const int64_t *dp, const int32_t *di, const uint16_t *dv, float *act, float *y, float *h_out) {
+    for (size_t i = 0; i < m; i++) act[i] = bf16 ? round_bf16f(round_bf16f(s[i]) * p[i]) : s[i] * p[i];
+    if (m)
+        qgpu_sparse_matmul(d, m, dp, di, dv, act, 1, y);
+    else
+        memset(y, 0, d * sizeof *y); /* no active unit: every CSR row sums nothing, +0 */
+    if (bf16) round_all(y, d);
+    for (size_t i = 0; i < d; i++) h_out[i] = bf16 ? round_bf16f(h_mid[i] + y[i]) : h_mid[i] + y[i];
+}
