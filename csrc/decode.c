@@ -51,3 +51,47 @@ void qgpu_mlp_out(const float *h_mid, size_t d, int bf16, size_t m, const float 
     if (bf16) round_all(y, d);
     for (size_t i = 0; i < d; i++) h_out[i] = bf16 ? round_bf16f(h_mid[i] + y[i]) : h_mid[i] + y[i];
 }
+
+/* A DeltaNet mixer's decode step around the delta rule, with CSR projections. First half: u = R(rmsnorm(h,
+ * 1 + w)); mixed = R(QKV u), z = R(Z u), b = R(B u), a = R(A u); conv = R(conv_update(state, mixed)) (the
+ * conv state shifted in place): the forward pass's calls in its order. */
+void qgpu_gdn_in(const float *h, size_t d, const float *w, float eps, int bf16, size_t c, size_t nz, size_t nh,
+                 const int64_t *qp, const int32_t *qi, const uint16_t *qv, const int64_t *zp, const int32_t *zi,
+                 const uint16_t *zv, const int64_t *bp, const int32_t *bi, const uint16_t *bv, const int64_t *ap,
+                 const int32_t *ai, const uint16_t *av, float *conv_state, size_t k, const float *conv_w,
+                 float *u, float *mixed, float *z, float *b, float *a, float *conv) {
+    qgpu_rmsnorm(h, 1, d, w, eps, 1, u);
+    if (bf16) round_all(u, d);
+    qgpu_sparse_matmul(c, d, qp, qi, qv, u, 1, mixed);
+    qgpu_sparse_matmul(nz, d, zp, zi, zv, u, 1, z);
+    qgpu_sparse_matmul(nh, d, bp, bi, bv, u, 1, b);
+    qgpu_sparse_matmul(nh, d, ap, ai, av, u, 1, a);
+    if (bf16) {
+        round_all(mixed, c);
+        round_all(z, nz);
+        round_all(b, nh);
+        round_all(a, nh);
+    }
+    qgpu_conv_update(conv_state, c, k, mixed, conv_w, conv);
+    if (bf16) round_all(conv, c);
+}
+
+/* Second half, from the delta rule's output o [nv, dv]: o = R(o); fp32: n = gated_rmsnorm(o, z, w); bf16:
+ * n = R(R(w * R(rmsnorm(o, ones))) * silu_z) with silu_z = silu(z) from the caller (NumPy's exp); y =
+ * R(OUT n) (CSR [d, nv * dv]); h_out = R(h + y). ones [dv] holds 1.0f, tmp [nv * dv] is scratch. */
+void qgpu_gdn_out(float *o, size_t nv, size_t dv, int bf16, const float *w, float eps, const float *z,
+                  const float *silu_z, const float *ones, float *tmp, size_t d, const int64_t *op,
+                  const int32_t *oi, const uint16_t *ov, const float *h, float *y, float *h_out) {
+    size_t n = nv * dv;
+    if (bf16) {
+        round_all(o, n);
+        qgpu_rmsnorm(o, nv, dv, ones, eps, 0, tmp);
+        for (size_t i = 0; i < n; i++)
+            tmp[i] = round_bf16f(round_bf16f(w[i % dv] * round_bf16f(tmp[i])) * silu_z[i]);
+    } else {
+        qgpu_gated_rmsnorm(o, z, nv, dv, w, eps, tmp);
+    }
+    qgpu_sparse_matmul(d, n, op, oi, ov, tmp, 1, y);
+    if (bf16) round_all(y, d);
+    for (size_t i = 0; i < d; i++) h_out[i] = bf16 ? round_bf16f(h[i] + y[i]) : h[i] + y[i];
+}

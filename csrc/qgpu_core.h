@@ -81,6 +81,16 @@ void qgpu_mlp_in(const float *h, size_t d, const float *w, float eps, int add_ze
  * [d, m] (down_proj, columns renumbered to the active units); h_out = R(h_mid + y). */
 void qgpu_mlp_out(const float *h_mid, size_t d, int bf16, size_t m, const float *s, const float *p,
                   const int64_t *dp, const int32_t *di, const uint16_t *dv, float *act, float *y, float *h_out);
+/* A CSR DeltaNet mixer's decode step around the delta rule (see decode.c): the projections, rounding and
+ * conv update; then the output norm, out_proj and the residual add. */
+void qgpu_gdn_in(const float *h, size_t d, const float *w, float eps, int bf16, size_t c, size_t nz, size_t nh,
+                 const int64_t *qp, const int32_t *qi, const uint16_t *qv, const int64_t *zp, const int32_t *zi,
+                 const uint16_t *zv, const int64_t *bp, const int32_t *bi, const uint16_t *bv, const int64_t *ap,
+                 const int32_t *ai, const uint16_t *av, float *conv_state, size_t k, const float *conv_w,
+                 float *u, float *mixed, float *z, float *b, float *a, float *conv);
+void qgpu_gdn_out(float *o, size_t nv, size_t dv, int bf16, const float *w, float eps, const float *z,
+                  const float *silu_z, const float *ones, float *tmp, size_t d, const int64_t *op,
+                  const int32_t *oi, const uint16_t *ov, const float *h, float *y, float *h_out);
 /* CDEF END */
 
 /* Internal: run fn(ctx, begin, end) over contiguous ranges covering [0, n), on up to qgpu_get_threads()

@@ -72,3 +72,46 @@ def test_active_units_keep_each_rows_entries():
     assert np.array_equal(mlp.up.to_dense(), up.to_dense()[mlp.units])
     assert np.array_equal(mlp.down.to_dense(), down.to_dense()[:, mlp.units])
     assert not np.delete(down.to_dense(), mlp.units, axis=1).any()
+
+
+def _gdn_weights(rng, d=64, nh=4, dv=8, k=4):
+    vd = nh * dv
+    c = 2 * vd + vd
+    return {"qkv": _csr(rng, c, d, 0.05), "z": _csr(rng, vd, d, 0.1), "b": _csr(rng, nh, d, 0.2),
+            "a": _csr(rng, nh, d, 0.0), "out": _csr(rng, d, vd, 0.1),
+            "conv": rng.standard_normal((c, k)).astype(np.float32),
+            "in_norm": (rng.standard_normal(d) * 0.1).astype(np.float32),
+            "gdn_norm": rng.standard_normal(dv).astype(np.float32)}
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_gdn_step_equals_separate_kernels(bf16):
+    rng = np.random.default_rng(11 + bf16)
+    w = _gdn_weights(rng)
+    r = round_bf16 if bf16 else (lambda x: x)
+    step = K.GdnStep(w, 1e-6, bf16)
+    h = r(rng.standard_normal(64).astype(np.float32))
+    state = rng.standard_normal((w["qkv"].shape[0], 3)).astype(np.float32)
+    ref_state, c_state = state.copy(), state.copy()
+    mixed, z, b, a, conv = step.first(h, c_state)
+    # the forward pass's separate calls
+    u = r(K.rmsnorm(h, w["in_norm"], 1e-6, plus_one=True))
+    want = [r(y) for y in K.matvec_bf16_multi([w["qkv"], w["z"], w["b"], w["a"]], u)]
+    want_conv = r(K.conv_update(ref_state, want[0], w["conv"]))
+    for got, exp in zip((mixed, z, b, a, conv), want + [want_conv]):
+        assert np.array_equal(got.view(np.uint32), exp.view(np.uint32))
+    assert np.array_equal(c_state, ref_state)
+    ru = R.gdn_in(h, w["in_norm"], 1e-6, w["qkv"], w["z"], w["b"], w["a"], state.copy(), w["conv"], bf16)
+    np.testing.assert_allclose(conv, ru[5], rtol=2e-2 if bf16 else 1e-5, atol=1e-5)
+    o = rng.standard_normal((4, 8)).astype(np.float32)
+    z3 = z.reshape(4, 8)
+    if bf16:
+        n = r(K.rmsnorm(r(o), np.ones(8, np.float32), 1e-6, plus_one=False))
+        n = r(r(w["gdn_norm"] * n) * K.silu(z3))
+    else:
+        n = K.gated_rmsnorm(o, z3, w["gdn_norm"], 1e-6)
+    want_h = r(h + r(K.matvec_bf16(w["out"], n.reshape(-1))))
+    got_h = step.second(o.copy(), z, K.silu(z) if bf16 else None, h)
+    assert np.array_equal(got_h.view(np.uint32), want_h.view(np.uint32))
+    np.testing.assert_allclose(got_h, R.gdn_out(o, z3, w["gdn_norm"], 1e-6, w["out"], h, bf16),
+                               rtol=2e-2 if bf16 else 1e-4, atol=1e-4)

@@ -59,12 +59,13 @@ def test_fast_decode_equals_plain_forward_bit_for_bit(gpu, launch_ids, mode, mon
     prompt, fed = launch_ids
     model = copy.copy(gpu.model(mode))  # its own attributes: the plain run below switches them off
     # 25 of the 38 layers hold no memory: their DeltaNet weights are exactly zero, found from the weights
-    assert len(model.silent_mixers) == 25 and len(model._mlp_steps) == 38
+    assert len(model.silent_mixers) == 25 and len(model._mlp_steps) == len(model._gdn_steps) == 38
     fast, fast_state = _run(model, prompt, fed)
     assert model.chunked_head() is not None  # the tied LM head is multiplied chunk-sparse
     model.silent_mixers = frozenset()
     model._head_chunks = {kernels.isa_lanes(): None}  # the plain run: the dense LM head,
-    model._mlp_steps = {}                              # the separate MLP calls over all 6144 units
+    model._mlp_steps = {}                              # the separate MLP calls over all 6144 units,
+    model._gdn_steps, model._decode_g = {}, {}         # the separate DeltaNet calls, g computed each token
     monkeypatch.setattr(kernels, "deltanet_step_sparse",
                         lambda S, q, k, v, g, beta, clean: kernels.deltanet_step(S, q, k, v, g, beta))
     plain, plain_state = _run(model, prompt, fed)

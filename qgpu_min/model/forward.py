@@ -115,6 +115,19 @@ class Model:
                                      config.rms_norm_eps, mode == "bf16")
             for i, w in enumerate(weights.layers)
             if all(isinstance(w.get(n), kernels.SparseBF16) for n in ("gate", "up", "down"))}
+        # ... and its DeltaNet mixer, for CSR layers of that type
+        self._gdn_steps = {
+            i: kernels.GdnStep(w, config.rms_norm_eps, mode == "bf16") for i, w in enumerate(weights.layers)
+            if config.layer_types[i] == "linear_attention"
+            and all(isinstance(w.get(n), kernels.SparseBF16) for n in ("qkv", "z", "b", "a", "out"))}
+        # decode's gate g where in_proj_a is CSR without a nonzero: a is exactly +0, so g is the same every
+        # token (the same NumPy operations on the same values, done once)
+        nv = config.linear_num_value_heads
+        with np.errstate(over="ignore"):
+            self._decode_g = {
+                i: (-np.exp(w["A_log"]) * _softplus(np.zeros((1, nv), np.float32) + w["dt_bias"])).astype(np.float32)
+                for i, w in enumerate(weights.layers)
+                if isinstance(w.get("a"), kernels.SparseBF16) and w["a"].nnz == 0}
 
     def _silent_deltanet(self, w: dict) -> bool:
         """Whether this DeltaNet layer's mixer provably outputs exactly +0 and keeps a +0 state at +0, for
@@ -261,25 +274,54 @@ class Model:
 
     def _mixer(self, state: State, i: int, kind: str, w: dict, h: np.ndarray) -> np.ndarray:
         """h + Mixer(RMSNorm(h)), rounded: the first half of a layer."""
-        u = self._norm(h, w["in_norm"])
         if kind == "linear_attention":
             state.zero.discard(i)
+            step = self._gdn_steps.get(i) if h.shape[0] == 1 else None
+            if step is not None:
+                return self._deltanet_decode(state, i, step, w, h)
+        u = self._norm(h, w["in_norm"])
+        if kind == "linear_attention":
             return self.r(h + self._deltanet(state, i, w, u))
         return self.r(h + self._attention(state, i, w, u))
 
     def _deltanet(self, state: State, i: int, w: dict, u: np.ndarray) -> np.ndarray:
         cfg, r, T = self.config, self.r, u.shape[0]
-        nk, nv, dk, dv = (cfg.linear_num_key_heads, cfg.linear_num_value_heads, cfg.linear_key_head_dim,
-                          cfg.linear_value_head_dim)
+        nv, dv = cfg.linear_num_value_heads, cfg.linear_value_head_dim
         mixed, z, b, a = self._linears([w["qkv"], w["z"], w["b"], w["a"]], u)  # mixed (T, conv_dim): [q|k|v]
         z = z.reshape(T, nv, dv)
         # causal conv: a recurrence over tokens through conv_state, all T tokens in one call
-        c = r(kernels.silu(r(kernels.conv_prefill(state.conv[i], mixed, w["conv"]))))
+        o = r(self._delta_rule(state, i, w, r(kernels.conv_prefill(state.conv[i], mixed, w["conv"])), b, a))
+        if self.mode == "bf16":  # HF Qwen3_5RMSNormGated: round the normalised value, then w * it, then the gate
+            n = r(kernels.rmsnorm(o, np.ones(dv, np.float32), cfg.rms_norm_eps, plus_one=False))
+            o = r(r(w["gdn_norm"] * n) * kernels.silu(z))
+        else:
+            o = kernels.gated_rmsnorm(o, z, w["gdn_norm"], cfg.rms_norm_eps)
+        return self._linear(w["out"], o.reshape(T, nv * dv))
+
+    def _deltanet_decode(self, state: State, i: int, step: kernels.GdnStep, w: dict, h: np.ndarray) -> np.ndarray:
+        """_mixer for one token of a CSR DeltaNet layer: the same operations, the C parts in two calls."""
+        cfg = self.config
+        mixed, z, b, a, conv = step.first(h[0], state.conv[i])
+        o = self._delta_rule(state, i, w, conv[None], b[None], a[None])[0]
+        silu_z = kernels.silu(z.reshape(1, cfg.linear_num_value_heads, -1)).reshape(-1) \
+            if self.mode == "bf16" else None
+        return step.second(o, z, silu_z, h[0])[None]
+
+    def _delta_rule(self, state: State, i: int, w: dict, conv: np.ndarray, b: np.ndarray,
+                    a: np.ndarray) -> np.ndarray:
+        """The conv's SiLU, the gates, l2norm and the delta rule over T tokens, from the rounded conv output
+        (T, conv_dim) and the projections b, a (T, nv): o (T, nv, dv), not rounded."""
+        cfg, r, T = self.config, self.r, conv.shape[0]
+        nk, nv, dk, dv = (cfg.linear_num_key_heads, cfg.linear_num_value_heads, cfg.linear_key_head_dim,
+                          cfg.linear_value_head_dim)
+        c = r(kernels.silu(conv))
         q = c[:, :cfg.key_dim].reshape(T, nk, dk)
         k = c[:, cfg.key_dim:2 * cfg.key_dim].reshape(T, nk, dk)
         v = np.ascontiguousarray(c[:, 2 * cfg.key_dim:].reshape(T, nv, dv))
         beta = r(_sigmoid(b))
-        g = (-np.exp(w["A_log"]) * _softplus(a + w["dt_bias"])).astype(np.float32)
+        g = self._decode_g.get(i) if T == 1 else None
+        if g is None:
+            g = (-np.exp(w["A_log"]) * _softplus(a + w["dt_bias"])).astype(np.float32)
         q = kernels.l2norm(q, 1e-6) / np.float32(np.sqrt(dk))  # divided, as HF's recurrent rule does
         k = kernels.l2norm(k, 1e-6)
         if nv > nk:  # each key head serves nv/nk consecutive value heads (HF repeat_interleave)
@@ -289,16 +331,10 @@ class Model:
             clean = state.clean.get(i)
             if clean is None:
                 clean = state.clean[i] = np.zeros(nv, np.int32)  # unknown: dense step, then scanned
-            o = r(kernels.deltanet_step_sparse(state.recurrent[i], q[0], k[0], v[0], g[0], beta[0], clean)[None])
-        else:
-            o = r(kernels.deltanet_prefill(state.recurrent[i], q, k, v, g, beta))  # (T, nv, dv), token by token
-            state.clean[i] = np.zeros(nv, np.int32)  # not tracked through prefill: the next step rescans
-        if self.mode == "bf16":  # HF Qwen3_5RMSNormGated: round the normalised value, then w * it, then the gate
-            n = r(kernels.rmsnorm(o, np.ones(dv, np.float32), cfg.rms_norm_eps, plus_one=False))
-            o = r(r(w["gdn_norm"] * n) * kernels.silu(z))
-        else:
-            o = kernels.gated_rmsnorm(o, z, w["gdn_norm"], cfg.rms_norm_eps)
-        return self._linear(w["out"], o.reshape(T, nv * dv))
+            return kernels.deltanet_step_sparse(state.recurrent[i], q[0], k[0], v[0], g[0], beta[0], clean)[None]
+        o = kernels.deltanet_prefill(state.recurrent[i], q, k, v, g, beta)  # (T, nv, dv), token by token
+        state.clean[i] = np.zeros(nv, np.int32)  # not tracked through prefill: the next step rescans
+        return o
 
     def _rope(self, x: np.ndarray, pos0: int) -> np.ndarray:
         """NeoX-style rotary embedding on the first rotary_dim dims of each head; x (T, heads, head_dim)."""

@@ -386,3 +386,50 @@ class SparseMlpStep:
         lib.qgpu_mlp_out(_floats(h_mid), self.d, self.bf16, self.m, _floats(s), _floats(p), *self._down,
                          _floats(act), _floats(y), _floats(h_out))
         return h_out
+
+
+class GdnStep:
+    """One CSR DeltaNet layer's mixer for one token (decode) in C calls around the pieces that need NumPy's
+    exp (SiLU of the conv, the gates, l2norm): `first` is kernels_ref.gdn_in, `second` kernels_ref.gdn_out,
+    bit for bit. Weight pointers are taken once; activations are checked for shape and dtype only."""
+
+    def __init__(self, w: dict, eps: float, bf16: bool) -> None:
+        self.d = w["qkv"].shape[1]
+        self.c, self.nz, self.nh = w["qkv"].shape[0], w["z"].shape[0], w["b"].shape[0]
+        self.nv, self.dv = self.nh, w["gdn_norm"].shape[0]
+        self.eps, self.bf16 = float(eps), int(bool(bf16))
+        self.conv_w = _activation("GdnStep", "conv", w["conv"], (self.c, None))
+        self.k = self.conv_w.shape[1]
+        self.in_norm = _activation("GdnStep", "in_norm", w["in_norm"], (self.d,))
+        self.gdn_norm = _activation("GdnStep", "gdn_norm", w["gdn_norm"], (self.dv,))
+        self.ones = np.ones(self.dv, np.float32)
+        self._keep = (w["qkv"], w["z"], w["b"], w["a"], w["out"])
+        self._in = [*_csr(w["qkv"]), *_csr(w["z"]), *_csr(w["b"]), *_csr(w["a"])]
+        self._out = _csr(w["out"])
+        self._ptrs = {n: _floats(a) for n, a in (("in_norm", self.in_norm), ("gdn_norm", self.gdn_norm),
+                                                 ("conv_w", self.conv_w), ("ones", self.ones))}
+
+    def first(self, h: np.ndarray, conv_state: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(mixed, z, b, a, conv) for h f32 [d]; conv_state [c, k-1] is shifted in place."""
+        h = _activation("GdnStep.first", "h", h, (self.d,))
+        conv_state = _in_out("GdnStep.first", "conv_state", conv_state, (self.c, self.k - 1))
+        u, mixed, z = np.empty(self.d, np.float32), np.empty(self.c, np.float32), np.empty(self.nz, np.float32)
+        b, a, conv = np.empty(self.nh, np.float32), np.empty(self.nh, np.float32), np.empty(self.c, np.float32)
+        lib.qgpu_gdn_in(_floats(h), self.d, self._ptrs["in_norm"], self.eps, self.bf16, self.c, self.nz, self.nh,
+                        *self._in, _floats(conv_state), self.k, self._ptrs["conv_w"], _floats(u), _floats(mixed),
+                        _floats(z), _floats(b), _floats(a), _floats(conv))
+        return mixed, z, b, a, conv
+
+    def second(self, o: np.ndarray, z: np.ndarray, silu_z: np.ndarray | None, h: np.ndarray) -> np.ndarray:
+        """h_out for the delta rule's output o f32 [nv, dv] (rounded in place in bf16 mode), z [nv * dv],
+        silu_z = silu(z) in bf16 mode (else None), h [d]."""
+        o = _in_out("GdnStep.second", "o", o, (self.nv, self.dv))
+        n = self.nv * self.dv
+        z = _activation("GdnStep.second", "z", z, (n,))
+        sz = z if silu_z is None else _activation("GdnStep.second", "silu_z", silu_z, (n,))
+        h = _activation("GdnStep.second", "h", h, (self.d,))
+        tmp, y, h_out = np.empty(n, np.float32), np.empty(self.d, np.float32), np.empty(self.d, np.float32)
+        lib.qgpu_gdn_out(_floats(o), self.nv, self.dv, self.bf16, self._ptrs["gdn_norm"], self.eps, _floats(z),
+                         _floats(sz), self._ptrs["ones"], _floats(tmp), self.d, *self._out, _floats(h),
+                         _floats(y), _floats(h_out))
+        return h_out

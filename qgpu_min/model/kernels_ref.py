@@ -382,3 +382,28 @@ def mlp_out(h_mid: np.ndarray, s: np.ndarray, p: np.ndarray, mlp: SparseMlp, bf1
     r = _rounder(bf16)
     act = r(r(s) * p)
     return r(h_mid + r(sparse_matvec(mlp.down, act)))
+
+
+def gdn_in(h: np.ndarray, w: np.ndarray, eps: float, qkv: SparseBF16, z: SparseBF16, b: SparseBF16,
+           a: SparseBF16, conv_state: np.ndarray, conv_w: np.ndarray, bf16: bool) -> tuple[np.ndarray, ...]:
+    """A DeltaNet mixer's decode step up to the conv, one token h f32 [d]: u = R(rmsnorm(h, 1 + w)), then
+    (mixed, z, b, a) = R(each projection of u), conv = R(conv_update(conv_state, mixed, conv_w)) (the state
+    shifted in place). Returns (u, mixed, z, b, a, conv)."""
+    r = _rounder(bf16)
+    u = r(rmsnorm(h, w, eps, plus_one=True))
+    mixed, zz, bb, aa = (r(sparse_matvec(m, u)) for m in (qkv, z, b, a))
+    return u, mixed, zz, bb, aa, r(conv_update(conv_state, mixed, conv_w))
+
+
+def gdn_out(o: np.ndarray, z: np.ndarray, w: np.ndarray, eps: float, out: SparseBF16, h: np.ndarray,
+            bf16: bool) -> np.ndarray:
+    """The rest of the step from the delta rule's output o f32 [nv, dv] (z the same shape): the gated
+    norm (bf16: R(R(w * R(rmsnorm(R(o), ones))) * silu(z))), y = R(out_proj of it), h_out = R(h + y)."""
+    r = _rounder(bf16)
+    o = r(o)
+    if bf16:
+        n = r(rmsnorm(o, np.ones(o.shape[-1], np.float32), eps, plus_one=False))
+        n = r(r(w * n) * silu(z))
+    else:
+        n = gated_rmsnorm(o, z, w, eps)
+    return r(h + r(sparse_matvec(out, n.reshape(-1))))
