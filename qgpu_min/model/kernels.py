@@ -350,6 +350,15 @@ def chunked_matvec(w: ChunkedBF16, x: np.ndarray) -> np.ndarray:
     return y
 
 
+def _vec(fn: str, name: str, a: object, n: int) -> np.ndarray:
+    """The decode steps' cheap check of a buffer the forward pass made: float32, C-contiguous, n values
+    (any shape). Anything else is an error, never a copy."""
+    if type(a) is not np.ndarray or a.dtype != np.float32 or a.size != n or not a.flags.c_contiguous:
+        raise KernelInputError(f"{fn}: {name} must be a C-contiguous float32 array of {n} values, "
+                               f"got {describe_arg(a)}")
+    return a
+
+
 def _csr(w: SparseBF16) -> tuple:
     return (ffi.from_buffer("int64_t[]", w.indptr), ffi.from_buffer("int32_t[]", w.indices),
             ffi.from_buffer("uint16_t[]", w.values))
@@ -370,7 +379,7 @@ class SparseMlpStep:
 
     def first(self, h: np.ndarray, add_zero: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(h_mid, g, p) as kernels_ref.mlp_in (u is not returned)."""
-        h = _activation("SparseMlpStep.first", "h", h, (self.d,))
+        h = _vec("SparseMlpStep.first", "h", h, self.d)
         h_mid, u = np.empty(self.d, np.float32), np.empty(self.d, np.float32)
         g, p = np.empty(self.m, np.float32), np.empty(self.m, np.float32)
         lib.qgpu_mlp_in(_floats(h), self.d, self._w, self.eps, int(bool(add_zero)), self.bf16, self.m,
@@ -379,9 +388,9 @@ class SparseMlpStep:
 
     def second(self, h_mid: np.ndarray, s: np.ndarray, p: np.ndarray) -> np.ndarray:
         """h_out as kernels_ref.mlp_out, for s = silu(g)."""
-        h_mid = _activation("SparseMlpStep.second", "h_mid", h_mid, (self.d,))
-        s = _activation("SparseMlpStep.second", "s", s, (self.m,))
-        p = _activation("SparseMlpStep.second", "p", p, (self.m,))
+        h_mid = _vec("SparseMlpStep.second", "h_mid", h_mid, self.d)
+        s = _vec("SparseMlpStep.second", "s", s, self.m)
+        p = _vec("SparseMlpStep.second", "p", p, self.m)
         act, y, h_out = np.empty(self.m, np.float32), np.empty(self.d, np.float32), np.empty(self.d, np.float32)
         lib.qgpu_mlp_out(_floats(h_mid), self.d, self.bf16, self.m, _floats(s), _floats(p), *self._down,
                          _floats(act), _floats(y), _floats(h_out))
@@ -411,8 +420,10 @@ class GdnStep:
 
     def first(self, h: np.ndarray, conv_state: np.ndarray) -> tuple[np.ndarray, ...]:
         """(mixed, z, b, a, conv) for h f32 [d]; conv_state [c, k-1] is shifted in place."""
-        h = _activation("GdnStep.first", "h", h, (self.d,))
-        conv_state = _in_out("GdnStep.first", "conv_state", conv_state, (self.c, self.k - 1))
+        h = _vec("GdnStep.first", "h", h, self.d)
+        conv_state = _vec("GdnStep.first", "conv_state", conv_state, self.c * (self.k - 1))
+        if not conv_state.flags.writeable:
+            raise KernelInputError("GdnStep.first: conv_state is updated in place, so it must be writable")
         u, mixed, z = np.empty(self.d, np.float32), np.empty(self.c, np.float32), np.empty(self.nz, np.float32)
         b, a, conv = np.empty(self.nh, np.float32), np.empty(self.nh, np.float32), np.empty(self.c, np.float32)
         lib.qgpu_gdn_in(_floats(h), self.d, self._ptrs["in_norm"], self.eps, self.bf16, self.c, self.nz, self.nh,
@@ -423,11 +434,13 @@ class GdnStep:
     def second(self, o: np.ndarray, z: np.ndarray, silu_z: np.ndarray | None, h: np.ndarray) -> np.ndarray:
         """h_out for the delta rule's output o f32 [nv, dv] (rounded in place in bf16 mode), z [nv * dv],
         silu_z = silu(z) in bf16 mode (else None), h [d]."""
-        o = _in_out("GdnStep.second", "o", o, (self.nv, self.dv))
         n = self.nv * self.dv
-        z = _activation("GdnStep.second", "z", z, (n,))
-        sz = z if silu_z is None else _activation("GdnStep.second", "silu_z", silu_z, (n,))
-        h = _activation("GdnStep.second", "h", h, (self.d,))
+        o = _vec("GdnStep.second", "o", o, n)
+        if not o.flags.writeable:
+            raise KernelInputError("GdnStep.second: o is rounded in place, so it must be writable")
+        z = _vec("GdnStep.second", "z", z, n)
+        sz = z if silu_z is None else _vec("GdnStep.second", "silu_z", silu_z, n)
+        h = _vec("GdnStep.second", "h", h, self.d)
         tmp, y, h_out = np.empty(n, np.float32), np.empty(self.d, np.float32), np.empty(self.d, np.float32)
         lib.qgpu_gdn_out(_floats(o), self.nv, self.dv, self.bf16, self._ptrs["gdn_norm"], self.eps, _floats(z),
                          _floats(sz), self._ptrs["ones"], _floats(tmp), self.d, *self._out, _floats(h),
