@@ -128,6 +128,19 @@ def _dominators(blocks: dict[str, BB], entry: str, preds: dict[str, list[str]]) 
     return dom
 
 
+def predecessors(blocks: dict[str, BB]) -> dict[str, list[str]]:
+    preds: dict[str, list[str]] = {n: [] for n in blocks}
+    for n, b in blocks.items():
+        for s in b.succs():
+            preds[s].append(n)
+    return preds
+
+
+def dominators(blocks: dict[str, BB], entry: str) -> dict[str, set[str]]:
+    """Block -> the blocks that dominate it (itself included)."""
+    return _dominators(blocks, entry, predecessors(blocks))
+
+
 def layout(blocks: dict[str, BB]) -> list[str]:
     """Block order: loops contiguous (header first), acyclic parts topologically sorted."""
     entry = next(iter(blocks))
