@@ -104,7 +104,7 @@ def _check_ops(ops: list[Slot], fmt: BlockFormat) -> None:
 
 
 def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = ZERO,
-          remat: dict[int, set[int]] | None = None) -> list[Chunk]:
+          remat: dict[int, set[int]] | None = None, local: set[int] | None = None) -> list[Chunk]:
     """Schedule a basic block's instructions into (pre, mem, post) chunks of format ``fmt``.
 
     List scheduling over register dependences (memory ops keep their order): each chunk first takes
@@ -120,8 +120,14 @@ def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = 
     every chunk that holds one of its readers, in a slot before the first of them, so its register is
     never live from one chunk to the next (on a target with ``writeback_cost`` that saves a write-back
     per lane and chunk). Copies rewrite the register with the value it already holds, so they can go
-    anywhere in its live range: after the definition's own WAR/WAW predecessors."""
+    anywhere in its live range: after the definition's own WAR/WAW predecessors.
+
+    ``local``: ops whose results the basic block does not leave live. Such an op is only placed while it
+    is needed by the chunk's memory op or one of its readers could follow it into the chunk: hoisted
+    into an earlier chunk its result would cross into the next one (a write-back on the GPU). A chunk
+    that this leaves without any op is scheduled again without the rule."""
     remat = remat or {}
+    local = local or set()
     n = len(ops)
     rw = [_rw(i) for i, _ in ops]
     preds: list[set[int]] = []
@@ -135,6 +141,13 @@ def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = 
             preds[j].discard(i)
             consts[j].add(i)
     done: set[int] = set(remat)     # every other op may go as if they had run (their copies follow)
+    readers: list[set[int]] = [set() for _ in range(n)]      # op -> the ops that read the value it writes
+    last: dict[int, int] = {}
+    for j in range(n):
+        for r in rw[j][0]:
+            if r in last:
+                readers[last[r]].add(j)
+        last.update((r, j) for r in rw[j][1])
     chunks: list[Chunk] = []
 
     def ancestors(k: int) -> set[int]:
@@ -149,12 +162,12 @@ def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = 
     def within_reads(placed: list[Instr], ins: Instr) -> bool:
         return fmt.max_reads is None or len(live_in_reads(placed + [ins])) <= fmt.max_reads
 
-    def candidates(here: set[int]) -> list[int]:
-        """Ready ALU ops in program order; an op still missing a deferred definition in this chunk
-        stands for that definition's copy instead."""
+    def candidates(here: set[int], keep: Callable[[int], bool] = lambda k: True) -> list[int]:
+        """Ready ALU ops in program order (those ``keep`` accepts); an op still missing a deferred
+        definition in this chunk stands for that definition's copy instead."""
         out: list[int] = []
         for k in range(n):
-            if k in done or ops[k][0].is_mem or not preds[k] <= done:
+            if k in done or ops[k][0].is_mem or not preds[k] <= done or not keep(k):
                 continue
             missing = sorted(consts[k] - here)
             if not missing:
@@ -162,11 +175,25 @@ def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = 
             out += [i for i in missing if preds[i] <= done and i not in out]
         return out
 
+    def wanted(k: int, need: set[int], mem_next: int | None) -> bool:
+        """A local op is placed now only if something in reach of this chunk reads it, or it is the last
+        reader of a local value (placing it then ends one value as it starts another), or nothing but
+        such ops is left (the BR register's compare)."""
+        if k not in local or k in need:
+            return True
+        if any(j not in done and preds[j] - {k} <= done and (not ops[j][0].is_mem or j == mem_next)
+               for j in readers[k]):
+            return True
+        if any(p in local and k in readers[p] and readers[p] - {k} <= done for p in range(n)):
+            return True
+        return not readers[k] and all(j in done or j == k or not readers[j] for j in range(n))
+
     def take(n_slots: int, allows: Callable[[int, str], bool], need: set[int],
-             placed: list[Instr], here: set[int]) -> list[int | None]:
+             placed: list[Instr], here: set[int], lazy: bool = False,
+             mem_next: int | None = None) -> list[int | None]:
         picked: list[int | None] = []
         for slot in range(n_slots):
-            ready = candidates(here)
+            ready = candidates(here, (lambda k: wanted(k, need, mem_next)) if lazy else (lambda k: True))
             if not ready:
                 break
             fit = [k for k in ready if allows(slot, ops[k][0].op) and within_reads(placed, ops[k][0])]
@@ -197,14 +224,20 @@ def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = 
         nxt = next((k for k in range(n) if k not in done and ops[k][0].is_mem), None)
         need = ancestors(nxt) - done if nxt is not None else set()
         need |= {i for k in need | ({nxt} if nxt is not None else set()) for i in consts[k]}
-        placed, here = [], set()
-        pre = take(fmt.n_pre, fmt.pre_allows, need, placed, here)
-        mem = nxt if nxt is not None and preds[nxt] <= done and consts[nxt] <= here \
-            and within_reads(placed, ops[nxt][0]) else None
-        if mem is not None:
-            done.add(mem)
-            placed.append(ops[mem][0])
-        post = take(fmt.n_post, fmt.post_allows, need, placed, here)
+        saved = set(done)
+        for lazy in ((True, False) if local else (False,)):
+            done.clear()
+            done.update(saved)
+            placed, here = [], set()
+            pre = take(fmt.n_pre, fmt.pre_allows, need, placed, here, lazy, nxt)
+            mem = nxt if nxt is not None and preds[nxt] <= done and consts[nxt] <= here \
+                and within_reads(placed, ops[nxt][0]) else None
+            if mem is not None:
+                done.add(mem)
+                placed.append(ops[mem][0])
+            post = take(fmt.n_post, fmt.post_allows, need, placed, here, lazy)
+            if len(done) > before:
+                break
         if len(done) == before:     # a guard: _check_ops and max_reads >= 3 make every chunk take an op
             raise CapacityError(f"the block format leaves no room for {ops[min(set(range(n)) - done)][0]}")
         if remat:
@@ -217,12 +250,14 @@ def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = 
     return chunks or [([], None, [])]
 
 
-def _deferred_constants(ops: list[Slot], term: V, live_out: set[str]) -> dict[int, set[int]]:
-    """The constant definitions of a basic block that _pack may copy next to their readers: index ->
-    the indices of the ops that read the value it defines. Readers are found by virtual register, also
-    through moves that coalescing turned into `rX = rX` (dropped before packing); a definition whose
-    value is still held at the end of the block (live out, or the BR register) stays an ordinary op."""
-    reaching: dict[str, int] = {}       # virtual register -> the constant definition its value is
+def _deferred_constants(ops: list[Slot], term: V, live_out: set[str]) -> tuple[dict[int, set[int]], set[int]]:
+    """What _pack needs for a target with writeback_cost: (1) the constant definitions of a basic block
+    that it may copy next to their readers: index -> the indices of the ops that read the value it
+    defines; a definition whose value is still held at the end of the block (live out, or the BR
+    register) stays an ordinary op; (2) the ops whose values do not leave the block (``local``).
+    Values are followed by virtual register, also through moves that coalescing turned into `rX = rX`
+    (dropped before packing)."""
+    reaching: dict[str, int] = {}       # virtual register -> the op whose value it holds
     readers: dict[int, set[int]] = {}
     for k, (ins, v) in enumerate(ops):
         dropped = v.is_move and ins.rd == ins.ra
@@ -234,11 +269,13 @@ def _deferred_constants(ops: list[Slot], term: V, live_out: set[str]) -> dict[in
             reaching.pop(d, None)
         if src is not None:
             reaching[v.d] = src
-        elif constant_def(v):
+        elif v.defs():
             reaching[v.d] = k
             readers[k] = set()
     held = {reaching[r] for r in set(live_out) | set(V.uses(term)) if r in reaching}
-    return {i: js for i, js in readers.items() if i not in held and js}
+    remat = {i: js for i, js in readers.items() if i not in held and js and constant_def(ops[i][1])}
+    live_end = {reaching[r] for r in live_out if r in reaching}
+    return remat, {k for k in readers if k not in live_end}
 
 
 def _slot_instrs(slots: list[Slot | None]) -> list[Instr]:
@@ -280,14 +317,15 @@ def lower(module: PtxModule, kernel: Function, fmt: BlockFormat = MACHINE_FORMAT
         bb = blocks[name]
         start[name] = len(machine)
         ops = [(_phys(v, colour), v) for v in bb.ops]
-        remat = _deferred_constants(ops, bb.term, live_out[name]) if fmt.writeback_cost else {}
+        remat, local = _deferred_constants(ops, bb.term, live_out[name]) if fmt.writeback_cost else ({}, set())
         keep = [k for k, (i, v) in enumerate(ops) if not (v.is_move and i.rd == i.ra)]
         index = {k: n for n, k in enumerate(keep)}
         remat = {index[i]: {index[j] for j in js} for i, js in remat.items()}
+        local = {index[k] for k in local if k in index}
         ops = [ops[k] for k in keep]
         _check_ops(ops, fmt)
         try:
-            chunks = _pack(ops, fmt, _branch_reg(bb.term, colour), remat)
+            chunks = _pack(ops, fmt, _branch_reg(bb.term, colour), remat, local)
         except CapacityError:
             if not remat:
                 raise
