@@ -26,7 +26,7 @@ from .lower_ir import RZ, MemoryLayout, V
 from .lower_ops import Lowerer
 from .lower_opt import optimize
 from .lower_regalloc import allocate, dead_code, liveness
-from .lower_remat import constant_def, rematerialise
+from .lower_remat import constant_def, drop_known_constants, rematerialise
 from .lower_warn import warp_size_warnings
 from .ptx import Function, PtxModule
 
@@ -300,6 +300,8 @@ def lower(module: PtxModule, kernel: Function, fmt: BlockFormat = MACHINE_FORMAT
         blocks = thread_jumps(blocks)
     order = layout(blocks)
     colour = allocate(blocks, order, lay)
+    if fmt.writeback_cost:
+        drop_known_constants(blocks, order, colour)
     live_out = liveness(blocks, order)[1]
     top = MEM_WORDS * 4 - lay.frame_bytes
     for n in order:

@@ -69,3 +69,69 @@ def rematerialise(blocks: dict[str, BB]) -> int:
                 out.append(v)
         b.ops = out
     return copies
+
+
+def _known_key(v: V) -> tuple | None:
+    """What a constant definition puts in its register, as a comparable key (None: not a constant)."""
+    if v.frame is not None:
+        return None
+    if v.op == "S2R":
+        return ("special", v.imm)
+    if v.op == "ADD" and v.a == RZ and v.bimm:
+        return ("imm", v.imm & 0xFFFFFFFF) if v.param is None else ("param", v.param, v.param_part)
+    return None
+
+
+def drop_known_constants(blocks: dict[str, BB], order: list[str], colour: dict[str, int],
+                         n_regs: int = 15) -> int:
+    """Remove constant definitions whose physical register already holds that constant on every path
+    (registers start at 0, as the machine defines), e.g. the `sum = 0` that clang writes before a loop
+    and again on the path that skips it, once both got the same register. Returns how many went.
+
+    A forward dataflow over the basic blocks: the known (register -> constant) pairs at a block's start
+    are those every predecessor ends with; the entry also starts from all registers 0."""
+    entry = order[0]
+    preds = {n: [] for n in order}
+    for n in order:
+        for s in blocks[n].succs():
+            preds[s].append(n)
+    start_state = {r: ("imm", 0) for r in range(n_regs)}
+    out: dict[str, dict[int, tuple] | None] = {n: None for n in order}     # None: not reached yet
+
+    def state_in(n: str) -> dict[int, tuple]:
+        states = [out[p] for p in preds[n] if out[p] is not None] + ([start_state] if n == entry else [])
+        if not states:
+            return {}
+        common = dict(states[0])
+        for st in states[1:]:
+            common = {r: k for r, k in common.items() if st.get(r) == k}
+        return common
+
+    def walk(n: str, drop: bool) -> dict[int, tuple]:
+        state = state_in(n)
+        kept = []
+        for v in blocks[n].ops:
+            key = _known_key(v)
+            regs = [colour[d] for d in v.defs()]
+            if drop and key is not None and regs and state.get(regs[0]) == key:
+                continue
+            for r in regs:
+                state.pop(r, None)
+            if key is not None and regs:
+                state[regs[0]] = key
+            kept.append(v)
+        if drop:
+            blocks[n].ops = kept
+        return state
+
+    changed = True
+    while changed:
+        changed = False
+        for n in order:
+            new = walk(n, False)
+            if new != out[n]:
+                out[n], changed = new, True
+    before = sum(len(blocks[n].ops) for n in order)
+    for n in order:
+        walk(n, True)
+    return before - sum(len(blocks[n].ops) for n in order)
