@@ -25,8 +25,8 @@ GPU = block_format(SPEC)
 # the machine's own slots, but paying for write-backs: every suite kernel fits it
 WIDE = replace(MACHINE_FORMAT, writeback_cost=True)
 DOT_ARGS = [[1, 2, 3], [4, 5, 6], [0], 3]
-DOT_GENERATED = 61          # was 85 before the token-aware lowering
-DOT_PROMPT = 331            # was 363
+DOT_GENERATED = 49          # was 85 before the token-aware lowering
+DOT_PROMPT = 291            # was 363
 
 
 @functools.cache

@@ -26,7 +26,7 @@ from .lower_ir import RZ, MemoryLayout, V
 from .lower_ops import Lowerer
 from .lower_opt import optimize
 from .lower_regalloc import allocate, dead_code, liveness
-from .lower_remat import constant_def, drop_known_constants, rematerialise
+from .lower_remat import constant_def, drop_known_constants, fold_derived_ivs, rematerialise
 from .lower_warn import warp_size_warnings
 from .ptx import Function, PtxModule
 
@@ -141,6 +141,7 @@ def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = 
             preds[j].discard(i)
             consts[j].add(i)
     done: set[int] = set(remat)     # every other op may go as if they had run (their copies follow)
+    chunk_start: set[int] = set()   # done before the chunk being filled
     readers: list[set[int]] = [set() for _ in range(n)]      # op -> the ops that read the value it writes
     last: dict[int, int] = {}
     for j in range(n):
@@ -175,16 +176,29 @@ def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = 
             out += [i for i in missing if preds[i] <= done and i not in out]
         return out
 
+    def reads_on(k: int, need: set[int], mem_next: int | None, assumed: set[int], depth: int) -> bool:
+        """Some reader of k could follow it into this chunk and is worth placing there: it is needed
+        by the chunk's memory op, is that op, leaves the block, or has such a reader itself."""
+        assumed = assumed | {k}
+        for j in readers[k]:
+            if j in done or not preds[j] - assumed <= done or (ops[j][0].is_mem and j != mem_next):
+                continue
+            if j not in local or j in need or j == mem_next or \
+                    (depth > 0 and reads_on(j, need, mem_next, assumed, depth - 1)):
+                return True
+        return False
+
     def wanted(k: int, need: set[int], mem_next: int | None) -> bool:
         """A local op is placed now only if something in reach of this chunk reads it, or it is the last
-        reader of a local value (placing it then ends one value as it starts another), or nothing but
-        such ops is left (the BR register's compare)."""
+        reader of a local value written in this chunk (placing it then ends one value as it starts
+        another; a value from an earlier chunk is written back already, and staying live costs nothing
+        more), or nothing but such ops is left (the BR register's compare)."""
         if k not in local or k in need:
             return True
-        if any(j not in done and preds[j] - {k} <= done and (not ops[j][0].is_mem or j == mem_next)
-               for j in readers[k]):
+        if reads_on(k, need, mem_next, set(), 3):
             return True
-        if any(p in local and k in readers[p] and readers[p] - {k} <= done for p in range(n)):
+        if any(p in local and p in done - chunk_start and k in readers[p] and readers[p] - {k} <= done
+               for p in range(n)):
             return True
         return not readers[k] and all(j in done or j == k or not readers[j] for j in range(n))
 
@@ -224,7 +238,7 @@ def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = 
         nxt = next((k for k in range(n) if k not in done and ops[k][0].is_mem), None)
         need = ancestors(nxt) - done if nxt is not None else set()
         need |= {i for k in need | ({nxt} if nxt is not None else set()) for i in consts[k]}
-        saved = set(done)
+        saved = chunk_start = set(done)
         for lazy in ((True, False) if local else (False,)):
             done.clear()
             done.update(saved)
@@ -296,6 +310,8 @@ def lower(module: PtxModule, kernel: Function, fmt: BlockFormat = MACHINE_FORMAT
         rematerialise(blocks)
     optimize(blocks, params=fmt.writeback_cost)
     if fmt.writeback_cost:      # the copies left definitions unread: drop them and the blocks they emptied
+        fold_derived_ivs(blocks)
+        drop_known_constants(blocks, list(blocks))
         dead_code(blocks, list(blocks))
         blocks = thread_jumps(blocks)
     order = layout(blocks)

@@ -82,20 +82,23 @@ def _known_key(v: V) -> tuple | None:
     return None
 
 
-def drop_known_constants(blocks: dict[str, BB], order: list[str], colour: dict[str, int],
+def drop_known_constants(blocks: dict[str, BB], order: list[str], colour: dict[str, int] | None = None,
                          n_regs: int = 15) -> int:
     """Remove constant definitions whose physical register already holds that constant on every path
     (registers start at 0, as the machine defines), e.g. the `sum = 0` that clang writes before a loop
     and again on the path that skips it, once both got the same register. Returns how many went.
 
     A forward dataflow over the basic blocks: the known (register -> constant) pairs at a block's start
-    are those every predecessor ends with; the entry also starts from all registers 0."""
+    are those every predecessor ends with; the entry also starts from all registers 0. Without
+    ``colour`` it runs on the virtual registers (nothing known at the entry), before allocation, so that
+    the allocator sees one long-lived value instead of two that may get different registers."""
     entry = order[0]
     preds = {n: [] for n in order}
     for n in order:
         for s in blocks[n].succs():
             preds[s].append(n)
-    start_state = {r: ("imm", 0) for r in range(n_regs)}
+    start_state = {r: ("imm", 0) for r in range(n_regs)} if colour is not None else {}
+    reg = (lambda d: colour[d]) if colour is not None else (lambda d: d)
     out: dict[str, dict[int, tuple] | None] = {n: None for n in order}     # None: not reached yet
 
     def state_in(n: str) -> dict[int, tuple]:
@@ -112,7 +115,7 @@ def drop_known_constants(blocks: dict[str, BB], order: list[str], colour: dict[s
         kept = []
         for v in blocks[n].ops:
             key = _known_key(v)
-            regs = [colour[d] for d in v.defs()]
+            regs = [reg(d) for d in v.defs()]
             if drop and key is not None and regs and state.get(regs[0]) == key:
                 continue
             for r in regs:
@@ -135,3 +138,126 @@ def drop_known_constants(blocks: dict[str, BB], order: list[str], colour: dict[s
     for n in order:
         walk(n, True)
     return before - sum(len(blocks[n].ops) for n in order)
+
+
+def _loops(blocks: dict[str, BB], dom: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Natural loops: header -> the blocks of its loop (all back edges to it together)."""
+    preds: dict[str, list[str]] = {n: [] for n in blocks}
+    for n, b in blocks.items():
+        for s in b.succs():
+            preds[s].append(n)
+    loops: dict[str, set[str]] = {}
+    for n, b in blocks.items():
+        for h in b.succs():
+            if h in dom[n]:
+                body = loops.setdefault(h, {h})
+                stack = [n]
+                while stack:
+                    x = stack.pop()
+                    if x not in body:
+                        body.add(x)
+                        stack.extend(preds[x])
+    return loops
+
+
+def fold_derived_ivs(blocks: dict[str, BB]) -> int:
+    """Undo strength reduction where it costs write-backs: a loop counter ``x`` that is always
+    ``b << k`` for another counter ``b`` (LLVM's `off = 4*i` beside `i`) is recomputed from ``b`` at
+    each read, and its own update, which would be written back every trip, goes. Returns the number
+    of counters removed.
+
+    The shape recognised, with every register named having just the definitions listed:
+    ``x = SHL b, k`` outside the loop, where it dominates the header (b's only other definition, outside
+    the loop too, dominates it), and in ONE block U of the loop both ``b = b + s`` and ``x = x + t``,
+    where ``t = s << k``: t and s are the same immediate shifted, or t's only definition is
+    ``SHL t, s, k`` with s defined only outside the loop. Shifts and adds wrap alike, so
+    ``(b << k) + (s << k) == (b + s) << k`` holds exactly, and x == b << k at every block boundary of
+    the loop; inside U a read of x must come before both updates or after both. Every read of x is in
+    the loop (x is dead after it)."""
+    entry = next(iter(blocks))
+    dom = dominators(blocks, entry)
+    folded = 0
+    for h, body in _loops(blocks, dom).items():
+        defs: dict[str, list[tuple[str, int, V]]] = {}
+        uses: dict[str, list[tuple[str, V]]] = {}
+        for name, b in blocks.items():
+            for i, v in enumerate(b.ops):
+                for d in v.defs():
+                    defs.setdefault(d, []).append((name, i, v))
+            for v in b.ops + [b.term]:
+                for r in set(V.uses(v)):
+                    uses.setdefault(r, []).append((name, v))
+        for x, xdefs in list(defs.items()):
+            match = _derived_iv(x, xdefs, defs, body, dom, h)
+            if match is None:
+                continue
+            base, k, init, upd, ubase = match
+            ublock = upd[0]
+            ops = blocks[ublock].ops
+            lo, hi = sorted((ops.index(upd[2]), ops.index(ubase[2])))
+            reads = [(n, v) for n, v in uses.get(x, []) if v is not upd[2]]
+            if any(n not in body for n, _ in reads):
+                continue
+            if any(n == ublock and v is not blocks[n].term and lo < ops.index(v) < hi for n, v in reads) or \
+                    any(n == ublock and v is blocks[n].term and hi < len(ops) and False for n, v in reads):
+                continue
+            for n, v in reads:
+                b = blocks[n]
+                t = f"{x}<<{folded}@{n}:{id(v)}"
+                shl = V("SHL", t, base, imm=k, bimm=True, line=v.line)
+                if v is b.term:
+                    b.ops.append(shl)
+                else:
+                    b.ops.insert(b.ops.index(v), shl)
+                v.a, v.b, v.c = (t if r == x else r for r in (v.a, v.b, v.c))
+            blocks[ublock].ops.remove(upd[2])
+            blocks[init[0]].ops.remove(init[2])
+            folded += 1
+            return folded + fold_derived_ivs(blocks)     # positions moved: start again
+    return folded
+
+
+def _derived_iv(x: str, xdefs: list, defs: dict, body: set[str], dom: dict[str, set[str]], h: str):
+    """(base, k, init def, update def, base's update def) if ``x`` is a counter derived as in
+    fold_derived_ivs, else None. Definitions are (block, index, V)."""
+    if len(xdefs) != 2:
+        return None
+    inside = [d for d in xdefs if d[0] in body]
+    outside = [d for d in xdefs if d[0] not in body]
+    if len(inside) != 1 or len(outside) != 1:
+        return None
+    init, upd = outside[0], inside[0]
+    iv, uv = init[2], upd[2]
+    if not (iv.op == "SHL" and iv.bimm and iv.param is None and iv.frame is None and iv.a != RZ
+            and iv.a != x and init[0] in dom[h]):
+        return None
+    base, k = iv.a, iv.imm & 31
+    if not (uv.op == "ADD" and uv.a == x and uv.param is None and uv.frame is None and (uv.bimm or uv.b != x)):
+        return None
+    bdefs = defs.get(base, [])
+    binside = [d for d in bdefs if d[0] in body]
+    boutside = [d for d in bdefs if d[0] not in body]
+    if len(binside) != 1 or len(boutside) != 1 or binside[0][0] != upd[0]:
+        return None
+    bo, bu = boutside[0], binside[0]
+    if not (bo[0] in dom[init[0]] and (bo[0] != init[0] or bo[1] < init[1])):
+        return None
+    bv = bu[2]
+    if not (bv.op == "ADD" and bv.a == base and bv.param is None and bv.frame is None):
+        return None
+    if uv.bimm != bv.bimm:
+        return None
+    if uv.bimm:
+        if (uv.imm & 0xFFFFFFFF) != ((bv.imm << k) & 0xFFFFFFFF):
+            return None
+    else:
+        s, t = bv.b, uv.b
+        tdefs, sdefs = defs.get(t, []), defs.get(s, [])
+        if s == base or len(tdefs) != 1 or not sdefs or any(d[0] in body for d in sdefs + tdefs):
+            return None
+        tv = tdefs[0][2]
+        if not (tv.op == "SHL" and tv.bimm and tv.param is None and tv.a == s and (tv.imm & 31) == k):
+            return None
+        if len(sdefs) != 1:
+            return None
+    return base, k, init, upd, bu
