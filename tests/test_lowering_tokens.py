@@ -25,7 +25,7 @@ GPU = block_format(SPEC)
 # the machine's own slots, but paying for write-backs: every suite kernel fits it
 WIDE = replace(MACHINE_FORMAT, writeback_cost=True)
 DOT_ARGS = [[1, 2, 3], [4, 5, 6], [0], 3]
-DOT_GENERATED = 49          # was 85 before the token-aware lowering
+DOT_GENERATED = 46          # was 85 before the token-aware lowering
 DOT_PROMPT = 291            # was 363
 
 
@@ -66,5 +66,5 @@ def test_machine_format_unchanged_by_the_flag_default() -> None:
 def test_dot_token_count_pinned() -> None:
     k = for_format(compile_kernel("examples/dot.cu"), GPU)
     p, g = _tokens(k, DOT_ARGS, 3)
-    assert g == DOT_GENERATED, (p, g)
+    assert g <= 47 and g == DOT_GENERATED, (p, g)
     assert p == DOT_PROMPT

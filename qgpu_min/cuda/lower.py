@@ -26,7 +26,8 @@ from .lower_ir import RZ, MemoryLayout, V
 from .lower_ops import Lowerer
 from .lower_opt import optimize
 from .lower_regalloc import allocate, dead_code, liveness
-from .lower_remat import constant_def, drop_known_constants, fold_derived_ivs, rematerialise
+from .lower_remat import (constant_def, drop_known_constants, fold_derived_ivs, recolour_zero_inits,
+                          rematerialise)
 from .lower_warn import warp_size_warnings
 from .ptx import Function, PtxModule
 
@@ -317,6 +318,7 @@ def lower(module: PtxModule, kernel: Function, fmt: BlockFormat = MACHINE_FORMAT
     order = layout(blocks)
     colour = allocate(blocks, order, lay)
     if fmt.writeback_cost:
+        recolour_zero_inits(blocks, order, colour)
         drop_known_constants(blocks, order, colour)
     live_out = liveness(blocks, order)[1]
     top = MEM_WORDS * 4 - lay.frame_bytes

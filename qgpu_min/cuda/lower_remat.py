@@ -261,3 +261,47 @@ def _derived_iv(x: str, xdefs: list, defs: dict, body: set[str], dom: dict[str, 
         if len(sdefs) != 1:
             return None
     return base, k, init, upd, bu
+
+
+def recolour_zero_inits(blocks: dict[str, BB], order: list[str], colour: dict[str, int],
+                        n_regs: int = 15) -> int:
+    """Move a value that the entry block first sets to 0 (`sum = 0`) into a register nothing else uses,
+    so that it still holds its launch value 0 there and drop_known_constants removes the write (one
+    write-back per lane). The value's move partners of the same register go with it, so coalesced moves
+    stay `rX = rX`; they did not interfere with each other (they shared a register), and nothing else
+    uses the new one. Returns the number of values moved."""
+    entry = order[0]
+    if any(entry in blocks[n].succs() for n in order):      # the entry is a loop header: not first
+        return 0
+    free = sorted(set(range(n_regs)) - set(colour.values()))
+    moved = 0
+    written: set[str] = set()
+    for v in blocks[entry].ops:
+        key = _known_key(v)
+        d = v.defs()
+        if free and key == ("imm", 0) and d and d[0] not in written:
+            group = _move_group(d[0], blocks, colour)
+            if not group & written:
+                c = free.pop(0)
+                for r in group:
+                    colour[r] = c
+                moved += 1
+        written |= set(d)
+    return moved
+
+
+def _move_group(x: str, blocks: dict[str, BB], colour: dict[str, int]) -> set[str]:
+    """x and the values joined to it by moves (transitively) that share its register."""
+    edges: dict[str, set[str]] = {}
+    for b in blocks.values():
+        for v in b.ops:
+            if v.is_move and v.a != RZ and colour.get(v.a) == colour.get(v.d):
+                edges.setdefault(v.a, set()).add(v.d)
+                edges.setdefault(v.d, set()).add(v.a)
+    group, stack = set(), [x]
+    while stack:
+        r = stack.pop()
+        if r not in group:
+            group.add(r)
+            stack.extend(edges.get(r, ()))
+    return group
