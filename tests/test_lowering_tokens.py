@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from kernel_suite import CASES, Case
@@ -68,3 +69,96 @@ def test_dot_token_count_pinned() -> None:
     p, g = _tokens(k, DOT_ARGS, 3)
     assert g <= 47 and g == DOT_GENERATED, (p, g)
     assert p == DOT_PROMPT
+
+
+# ---- each transformation on its own, against the machine-format lowering on random inputs ------------
+
+REMAT = r"""
+__global__ void k(const int* a, int* out, int n, int c) {
+    int t = threadIdx.x, s = 0;
+    for (int i = t; i < n; i += blockDim.x) s += a[i] * c + n;
+    if (t < n) out[t] = s + c;
+}"""
+IV_IMM = r"""
+__global__ void k(const int* a, const int* b, int* out, int n) {
+    for (int i = threadIdx.x; i < n; i += 3) out[i] = a[i] - b[i];
+}"""
+IV_REG = r"""
+__global__ void k(const int* a, const int* b, int* out, int n) {
+    int sum = 0;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) sum += a[i] * b[i];
+    atomicAdd(out, sum);
+}"""
+
+
+def _spy(monkeypatch, name: str) -> list[int]:
+    """Record what the lowering's step ``name`` returns (how often it changed the code)."""
+    import qgpu_min.cuda.lower as lower_module
+    calls: list[int] = []
+    real = getattr(lower_module, name)
+
+    def wrapped(*args, **kwargs):
+        calls.append(real(*args, **kwargs))
+        return calls[-1]
+    monkeypatch.setattr(lower_module, name, wrapped)
+    return calls
+
+
+def _same_on_random_inputs(source: str, make, seeds: int = 12) -> None:
+    """The GPU-format lowering of ``source`` computes what the machine-format one does, on the
+    interpreter, for random arguments (``make(rng) -> (args, threads)``)."""
+    machine = compile_kernel(source)
+    gpu = for_format(machine, GPU)
+    check_block_format(gpu.program, GPU)
+    for seed in range(seeds):
+        rng = np.random.default_rng(seed)
+        args, threads = make(rng)
+        want = launch(machine, [list(a) if isinstance(a, list) else a for a in args], block=threads)
+        got = launch(gpu, [list(a) if isinstance(a, list) else a for a in args], block=threads)
+        for name, arr in want.arrays.items():
+            assert got.arrays[name].tolist() == arr.tolist(), (seed, name)
+
+
+def _ints(rng, n: int) -> list[int]:
+    return rng.integers(-(1 << 31), 1 << 31, size=n).tolist()
+
+
+def test_remat_of_parameters_and_specials(monkeypatch) -> None:
+    copies = _spy(monkeypatch, "rematerialise")
+
+    def make(rng):
+        n = int(rng.integers(0, 9))
+        return [_ints(rng, 8), [0] * 4, n, int(rng.integers(-(1 << 31), 1 << 31))], int(rng.integers(1, 5))
+    _same_on_random_inputs(REMAT, make)
+    assert copies and copies[-1] > 0
+    program = for_format(compile_kernel(REMAT), GPU).program
+    # parameters are bound into the slots that read them: no block only copies parameters to registers
+    assert not any(b.instrs() and all(i.op == "ADD" and i.ra == 15 and i.bimm for i in b.instrs())
+                   for b in program.blocks)
+
+
+@pytest.mark.parametrize("source", [IV_IMM, IV_REG], ids=["imm-step", "reg-step"])
+def test_derived_counter_recomputed(monkeypatch, source: str) -> None:
+    folded = _spy(monkeypatch, "fold_derived_ivs")
+    is_dot = source is IV_REG
+
+    def make(rng):
+        n = int(rng.integers(0, 13))
+        last = [[0]] if is_dot else [[0] * 12]
+        return [_ints(rng, 12), _ints(rng, 12)] + last + [n], int(rng.integers(1, 5))
+    _same_on_random_inputs(source, make)
+    assert folded and folded[-1] >= 1
+
+
+def test_known_constants_and_zero_registers(monkeypatch) -> None:
+    """dot: `sum = 0` is written by clang before the loop and again on the path that skips it; the
+    second goes before allocation, the first because sum's register starts at 0."""
+    dropped = _spy(monkeypatch, "drop_known_constants")
+    moved = _spy(monkeypatch, "recolour_zero_inits")
+
+    def make(rng):
+        return [_ints(rng, 12), _ints(rng, 12), [int(rng.integers(-99, 99))], int(rng.integers(0, 13))], \
+            int(rng.integers(1, 5))
+    _same_on_random_inputs(IV_REG, make)
+    assert moved and moved[-1] >= 1
+    assert sum(dropped) >= 2

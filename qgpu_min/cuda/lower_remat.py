@@ -162,12 +162,13 @@ def _loops(blocks: dict[str, BB], dom: dict[str, set[str]]) -> dict[str, set[str
 
 def fold_derived_ivs(blocks: dict[str, BB]) -> int:
     """Undo strength reduction where it costs write-backs: a loop counter ``x`` that is always
-    ``b << k`` for another counter ``b`` (LLVM's `off = 4*i` beside `i`) is recomputed from ``b`` at
-    each read, and its own update, which would be written back every trip, goes. Returns the number
-    of counters removed.
+    ``(b << k) [+ c]`` for another counter ``b`` (LLVM's `off = 4*i` or pointer `a + 4*i` beside `i`)
+    is recomputed from ``b`` at each read, and its own update, which would be written back every trip,
+    goes. Returns the number of counters removed.
 
     The shape recognised, with every register named having just the definitions listed:
-    ``x = SHL b, k`` outside the loop, where it dominates the header (b's only other definition, outside
+    ``x = SHL b, k`` or ``x = ADD y, c`` with ``y = SHL b, k`` (c an immediate or a parameter) outside
+    the loop, where it dominates the header (b's only other definition, outside
     the loop too, dominates it), and in ONE block U of the loop both ``b = b + s`` and ``x = x + t``,
     where ``t = s << k``: t and s are the same immediate shifted, or t's only definition is
     ``SHL t, s, k`` with s defined only outside the loop. Shifts and adds wrap alike, so
@@ -191,7 +192,7 @@ def fold_derived_ivs(blocks: dict[str, BB]) -> int:
             match = _derived_iv(x, xdefs, defs, body, dom, h)
             if match is None:
                 continue
-            base, k, init, upd, ubase = match
+            base, k, init, upd, ubase, offset = match
             ublock = upd[0]
             ops = blocks[ublock].ops
             lo, hi = sorted((ops.index(upd[2]), ops.index(ubase[2])))
@@ -204,11 +205,12 @@ def fold_derived_ivs(blocks: dict[str, BB]) -> int:
             for n, v in reads:
                 b = blocks[n]
                 t = f"{x}<<{folded}@{n}:{id(v)}"
-                shl = V("SHL", t, base, imm=k, bimm=True, line=v.line)
-                if v is b.term:
-                    b.ops.append(shl)
-                else:
-                    b.ops.insert(b.ops.index(v), shl)
+                code = [V("SHL", t, base, imm=k, bimm=True, line=v.line)]
+                if offset is not None:
+                    code.append(replace(offset, d=t + "+", a=t, line=v.line))
+                    t += "+"
+                at = len(b.ops) if v is b.term else b.ops.index(v)
+                b.ops[at:at] = code
                 v.a, v.b, v.c = (t if r == x else r for r in (v.a, v.b, v.c))
             blocks[ublock].ops.remove(upd[2])
             blocks[init[0]].ops.remove(init[2])
@@ -228,6 +230,13 @@ def _derived_iv(x: str, xdefs: list, defs: dict, body: set[str], dom: dict[str, 
         return None
     init, upd = outside[0], inside[0]
     iv, uv = init[2], upd[2]
+    offset, shl_at = None, init
+    if iv.op == "ADD" and iv.bimm and iv.frame is None and iv.a not in (RZ, x) and init[0] in dom[h]:
+        # x = (b << k) + c with c an immediate or a parameter (LLVM's pointer counter `a + 4*i`)
+        ydefs = defs.get(iv.a, [])
+        if len(ydefs) != 1 or ydefs[0][0] in body or ydefs[0][0] not in dom[init[0]]:
+            return None
+        offset, iv, shl_at = iv, ydefs[0][2], ydefs[0]
     if not (iv.op == "SHL" and iv.bimm and iv.param is None and iv.frame is None and iv.a != RZ
             and iv.a != x and init[0] in dom[h]):
         return None
@@ -240,7 +249,7 @@ def _derived_iv(x: str, xdefs: list, defs: dict, body: set[str], dom: dict[str, 
     if len(binside) != 1 or len(boutside) != 1 or binside[0][0] != upd[0]:
         return None
     bo, bu = boutside[0], binside[0]
-    if not (bo[0] in dom[init[0]] and (bo[0] != init[0] or bo[1] < init[1])):
+    if not (bo[0] in dom[shl_at[0]] and (bo[0] != shl_at[0] or bo[1] < shl_at[1])):     # b << k of b's start
         return None
     bv = bu[2]
     if not (bv.op == "ADD" and bv.a == base and bv.param is None and bv.frame is None):
@@ -260,7 +269,7 @@ def _derived_iv(x: str, xdefs: list, defs: dict, body: set[str], dom: dict[str, 
             return None
         if len(sdefs) != 1:
             return None
-    return base, k, init, upd, bu
+    return base, k, init, upd, bu, offset
 
 
 def recolour_zero_inits(blocks: dict[str, BB], order: list[str], colour: dict[str, int],
