@@ -265,6 +265,33 @@ def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = 
     return chunks or [([], None, [])]
 
 
+def _chunk_cost(chunks: list[Chunk], live_out: set[int]) -> int:
+    """Tokens per lane that running these chunks costs the GPU: one EXEC per chunk plus one write-back
+    per register a chunk writes that is read after it (a later chunk, or ``live_out`` of the block)."""
+    cost, live = 0, set(live_out)
+    for pre, mem, post in reversed(chunks):
+        instrs = [x[0] for x in pre + [mem] + post if x is not None]
+        writes = set().union(*(_rw(i)[1] for i in instrs)) if instrs else set()
+        cost += 1 + len(writes & live)
+        live = (live - writes) | live_in_reads(instrs)
+    return cost
+
+
+def _best_pack(ops: list[Slot], fmt: BlockFormat, branch_reg: int, remat: dict[int, set[int]],
+               local: set[int], live_out: set[int]) -> list[Chunk]:
+    """The cheapest (by _chunk_cost) of the schedules with and without the write-back rules of _pack;
+    without any (the machine's format) just the plain one. The plain schedule always exists."""
+    if not remat and not local:
+        return _pack(ops, fmt, branch_reg)
+    tries = []
+    for args in ((remat, local), (remat, set()), ({}, set())):
+        try:
+            tries.append(_pack(ops, fmt, branch_reg, *args))
+        except CapacityError:
+            continue
+    return min(tries, key=lambda c: _chunk_cost(c, live_out)) if tries else _pack(ops, fmt, branch_reg)
+
+
 def _deferred_constants(ops: list[Slot], term: V, live_out: set[str]) -> tuple[dict[int, set[int]], set[int]]:
     """What _pack needs for a target with writeback_cost: (1) the constant definitions of a basic block
     that it may copy next to their readers: index -> the indices of the ops that read the value it
@@ -344,12 +371,8 @@ def lower(module: PtxModule, kernel: Function, fmt: BlockFormat = MACHINE_FORMAT
         local = {index[k] for k in local if k in index}
         ops = [ops[k] for k in keep]
         _check_ops(ops, fmt)
-        try:
-            chunks = _pack(ops, fmt, _branch_reg(bb.term, colour), remat, local)
-        except CapacityError:
-            if not remat:
-                raise
-            chunks = _pack(ops, fmt, _branch_reg(bb.term, colour))      # the plain schedule always exists
+        chunks = _best_pack(ops, fmt, _branch_reg(bb.term, colour), remat, local,
+                            {colour[x] for x in live_out[name]} - {ZERO})
         for k, (pre, mem, post) in enumerate(chunks):
             used = [x for x in pre + post + [mem] if x is not None]
             lines = sorted({v.line for _, v in used if v.line})
