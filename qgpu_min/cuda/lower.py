@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from ..machine.isa import (MACHINE_FORMAT, MEM_WORDS, N_PRE, STORE_OPS, ZERO, Block, BlockFormat, CapacityError,
                            Instr, Program, Term, annotate_liveness, check_block_format, check_program,
                            live_in_reads)
-from .lower_cfg import build_blocks, layout, thread_jumps
+from .lower_cfg import build_blocks, exit_directly, layout, thread_jumps
 from .lower_ir import RZ, MemoryLayout, V
 from .lower_ops import Lowerer
 from .lower_opt import optimize
@@ -342,6 +342,7 @@ def lower(module: PtxModule, kernel: Function, fmt: BlockFormat = MACHINE_FORMAT
         drop_known_constants(blocks, list(blocks))
         dead_code(blocks, list(blocks))
         blocks = thread_jumps(blocks)
+        exit_directly(blocks)
     order = layout(blocks)
     colour = allocate(blocks, order, lay)
     if fmt.writeback_cost:
