@@ -162,3 +162,34 @@ def test_known_constants_and_zero_registers(monkeypatch) -> None:
     _same_on_random_inputs(IV_REG, make)
     assert moved and moved[-1] >= 1
     assert sum(dropped) >= 2
+
+
+SAXPY_LIKE = r"""
+extern "C" __global__ void k(int n, int a, const int* x, int* y) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}"""
+
+
+def test_jump_to_exit_becomes_exit(monkeypatch) -> None:
+    replaced = _spy(monkeypatch, "exit_directly")
+
+    def make(rng):
+        return [int(rng.integers(0, 6)), int(rng.integers(-(1 << 31), 1 << 31)), _ints(rng, 4), _ints(rng, 4)], \
+            int(rng.integers(1, 5))
+    _same_on_random_inputs(SAXPY_LIKE, make)
+    assert replaced and replaced[-1] >= 1
+    program = for_format(compile_kernel(SAXPY_LIKE), GPU).program
+    store = next(b for b in program.blocks if b.mem is not None and b.mem.op == "ST")
+    assert store.term.kind == "EXIT"
+
+
+@pytest.mark.parametrize("name, args, threads, before", [
+    ("dot", DOT_ARGS, 3, 85), ("saxpy", [4, 3, [1, 2, 3, 4], [10, 20, 30, 40]], 4, 65)])
+def test_readme_launches_cost_fewer_tokens(name: str, args: list, threads: int, before: int) -> None:
+    machine = compile_kernel(f"examples/{name}.cu")
+    gpu = for_format(machine, GPU)
+    assert _tokens(gpu, args, threads)[1] < before
+    got = launch(gpu, args, block=threads).arrays
+    for k, v in launch(machine, args, block=threads).arrays.items():
+        assert got[k].tolist() == v.tolist(), k
