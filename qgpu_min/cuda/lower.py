@@ -265,10 +265,11 @@ def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = 
     return chunks or [([], None, [])]
 
 
-def _chunk_cost(chunks: list[Chunk], live_out: set[int]) -> int:
+def _chunk_cost(chunks: list[Chunk], live_out: set[int], branch_reg: int = ZERO) -> int:
     """Tokens per lane that running these chunks costs the GPU: one EXEC per chunk plus one write-back
-    per register a chunk writes that is read after it (a later chunk, or ``live_out`` of the block)."""
-    cost, live = 0, set(live_out)
+    per register a chunk writes that is read after it (a later chunk, the last chunk's BR on
+    ``branch_reg``, or ``live_out`` of the block)."""
+    cost, live = 0, set(live_out) | ({branch_reg} - {ZERO})
     for pre, mem, post in reversed(chunks):
         instrs = [x[0] for x in pre + [mem] + post if x is not None]
         writes = set().union(*(_rw(i)[1] for i in instrs)) if instrs else set()
@@ -289,7 +290,7 @@ def _best_pack(ops: list[Slot], fmt: BlockFormat, branch_reg: int, remat: dict[i
             tries.append(_pack(ops, fmt, branch_reg, *args))
         except CapacityError:
             continue
-    return min(tries, key=lambda c: _chunk_cost(c, live_out)) if tries else _pack(ops, fmt, branch_reg)
+    return min(tries, key=lambda c: _chunk_cost(c, live_out, branch_reg)) if tries else _pack(ops, fmt, branch_reg)
 
 
 def _deferred_constants(ops: list[Slot], term: V, live_out: set[str]) -> tuple[dict[int, set[int]], set[int]]:
