@@ -50,6 +50,11 @@ def _propagate(ops: list[V], params: bool = False) -> None:
             bound.pop(d, None)
         if v.op == "ADD" and v.a == RZ and v.bimm and v.param is not None and v.d != RZ:
             bound[v.d] = (v.param, v.param_part)
+        if params and v.is_move and v.d != RZ and v.a != v.d:       # a copy (cvta) of a constant is one too
+            if v.a in bound:
+                bound[v.d] = bound[v.a]
+            elif v.a in known:
+                known[v.d] = known[v.a]
         if v.op == "ADD" and v.a == RZ and v.bimm and v.param is None and v.frame is None and v.d != RZ:
             known[v.d] = v.imm & M32
 
