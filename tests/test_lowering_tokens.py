@@ -193,3 +193,20 @@ def test_readme_launches_cost_fewer_tokens(name: str, args: list, threads: int, 
     got = launch(gpu, args, block=threads).arrays
     for k, v in launch(machine, args, block=threads).arrays.items():
         assert got[k].tolist() == v.tolist(), k
+
+
+import test_user_kernels as user  # noqa: E402  (after the helpers above: it is only needed here)
+
+
+@pytest.mark.parametrize("case", [c for c in user.CASES if "zig" not in c.xfail], ids=lambda c: c.id)
+def test_user_kernels_writeback_cost_exact(case) -> None:
+    """The user-trial kernels (whole programs, locks, 64-bit atomics, ...) lowered with writeback_cost on the
+    machine's slots compute what NumPy expects, on the interpreter, on their seeded random inputs."""
+    base = user._compiled(case.file, case.kernel, "zig")
+    module = parse_ptx(base.ptx)
+    kernel = replace(base, program=lower(module, select_kernel(module, base.entry or None), WIDE).program, fmt=WIDE)
+    for shape in case.shapes:
+        args = user._args(case, shape)
+        r = launch(kernel, [a.copy() if isinstance(a, np.ndarray) else a for a in args], grid=shape[0],
+                   block=shape[1], step_limit=case.step_limit)
+        user._check(case, args, shape, list(r.arrays.values()))
