@@ -172,7 +172,7 @@ def fold_derived_ivs(blocks: dict[str, BB]) -> int:
     the loop too, dominates it), and in ONE block U of the loop both ``b = b + s`` and ``x = x + t``,
     where ``t = s << k``: t and s are the same immediate shifted, or t's only definition is
     ``SHL t, s, k`` with s defined only outside the loop. Shifts and adds wrap alike, so
-    ``(b << k) + (s << k) == (b + s) << k`` holds exactly, and x == b << k at every block boundary of
+    ``(b << k) + (s << k) == (b + s) << k`` holds exactly, and x == (b << k) [+ c] at every block boundary of
     the loop; inside U a read of x must come before both updates or after both. Every read of x is in
     the loop (x is dead after it)."""
     entry = next(iter(blocks))
@@ -195,28 +195,34 @@ def fold_derived_ivs(blocks: dict[str, BB]) -> int:
             base, k, init, upd, ubase, offset = match
             ublock = upd[0]
             ops = blocks[ublock].ops
-            lo, hi = sorted((ops.index(upd[2]), ops.index(ubase[2])))
+            lo, hi = sorted((_index(ops, upd[2]), _index(ops, ubase[2])))
             reads = [(n, v) for n, v in uses.get(x, []) if v is not upd[2]]
             if any(n not in body for n, _ in reads):
                 continue
-            if any(n == ublock and v is not blocks[n].term and lo < ops.index(v) < hi for n, v in reads) or \
-                    any(n == ublock and v is blocks[n].term and hi < len(ops) and False for n, v in reads):
+            # in U a read between the two updates would see one counter stepped and not the other (the
+            # BR, after every op, sees both stepped)
+            if any(n == ublock and v is not blocks[n].term and lo < _index(ops, v) < hi for n, v in reads):
                 continue
-            for n, v in reads:
+            for j, (n, v) in enumerate(reads):
                 b = blocks[n]
-                t = f"{x}<<{folded}@{n}:{id(v)}"
+                t = f"{x}<<{j}@{n}"
                 code = [V("SHL", t, base, imm=k, bimm=True, line=v.line)]
                 if offset is not None:
                     code.append(replace(offset, d=t + "+", a=t, line=v.line))
                     t += "+"
-                at = len(b.ops) if v is b.term else b.ops.index(v)
+                at = len(b.ops) if v is b.term else _index(b.ops, v)
                 b.ops[at:at] = code
                 v.a, v.b, v.c = (t if r == x else r for r in (v.a, v.b, v.c))
-            blocks[ublock].ops.remove(upd[2])
-            blocks[init[0]].ops.remove(init[2])
+            del blocks[ublock].ops[_index(blocks[ublock].ops, upd[2])]
+            del blocks[init[0]].ops[_index(blocks[init[0]].ops, init[2])]
             folded += 1
             return folded + fold_derived_ivs(blocks)     # positions moved: start again
     return folded
+
+
+def _index(ops: list[V], v: V) -> int:
+    """Position of op ``v`` itself in ``ops`` (V compares by value: two equal ops are different ops)."""
+    return next(i for i, o in enumerate(ops) if o is v)
 
 
 def _derived_iv(x: str, xdefs: list, defs: dict, body: set[str], dom: dict[str, set[str]], h: str):
