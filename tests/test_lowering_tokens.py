@@ -71,6 +71,15 @@ def test_dot_token_count_pinned() -> None:
     assert p == DOT_PROMPT
 
 
+@pytest.mark.parametrize("mode", ["fp32", "bf16"])
+def test_dot_token_count_on_the_circuit_backend(mode: str) -> None:
+    """The same numbers from the model itself (launch() lowers for the circuit's format), every token
+    checked against the interpreter."""
+    r = launch(compile_kernel("examples/dot.cu"), DOT_ARGS, block=3, backend="circuit", mode=mode, check=True)
+    assert r.arrays["out"].tolist() == [32]
+    assert r.tokens == {"prompt": DOT_PROMPT, "generated": DOT_GENERATED}
+
+
 # ---- each transformation on its own, against the machine-format lowering on random inputs ------------
 
 REMAT = r"""
