@@ -164,9 +164,11 @@ def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = 
     def within_reads(placed: list[Instr], ins: Instr) -> bool:
         return fmt.max_reads is None or len(live_in_reads(placed + [ins])) <= fmt.max_reads
 
-    def candidates(here: set[int], keep: Callable[[int], bool] = lambda k: True) -> list[int]:
+    def candidates(here: set[int], keep: Callable[[int], bool] = lambda k: True,
+                   mem_next: int | None = None) -> list[int]:
         """Ready ALU ops in program order (those ``keep`` accepts); an op still missing a deferred
-        definition in this chunk stands for that definition's copy instead."""
+        definition in this chunk stands for that definition's copy instead, and so does the chunk's
+        memory op ``mem_next`` (while the pre slots fill) once it is otherwise ready."""
         out: list[int] = []
         for k in range(n):
             if k in done or ops[k][0].is_mem or not preds[k] <= done or not keep(k):
@@ -175,6 +177,8 @@ def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = 
             if not missing:
                 out.append(k)
             out += [i for i in missing if preds[i] <= done and i not in out]
+        if mem_next is not None and preds[mem_next] <= done:
+            out += [i for i in sorted(consts[mem_next] - here) if preds[i] <= done and i not in out]
         return out
 
     def reads_on(k: int, need: set[int], mem_next: int | None, assumed: set[int], depth: int) -> bool:
@@ -208,7 +212,7 @@ def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = 
              mem_next: int | None = None) -> list[int | None]:
         picked: list[int | None] = []
         for slot in range(n_slots):
-            ready = candidates(here, (lambda k: wanted(k, need, mem_next)) if lazy else (lambda k: True))
+            ready = candidates(here, (lambda k: wanted(k, need, mem_next)) if lazy else (lambda k: True), mem_next)
             if not ready:
                 break
             fit = [k for k in ready if allows(slot, ops[k][0].op) and within_reads(placed, ops[k][0])]
