@@ -19,6 +19,7 @@ from qgpu_min.circuit.compile import banks, memory_heads
 from qgpu_min.cuda.lower import lower
 from qgpu_min.cuda.ptx import parse_ptx, select_kernel
 from qgpu_min.gpu.check import CheckError, Checker, expected_tokens
+from qgpu_min.gpu.encode import encode_block
 from qgpu_min.gpu.layout import RECORD_REG, GpuSpec
 from qgpu_min.gpu.model import CompiledGpu, compile_gpu
 from qgpu_min.gpu.program import block_format, prompt
@@ -288,10 +289,18 @@ def test_tampered_memory_row_is_named(cg: CompiledGpu) -> None:
 def test_tampered_register_row_is_named(cg: CompiledGpu) -> None:
     image = _image(VADD, VADD_ARGS, 4)
     expected = expected_tokens(image.program, image.memory, 4, SPEC)
-    # B1 writes back r3 only; r1 (b's base, 16) is live through it: overwrite lane 0's r1 with its r2 (32)
-    at = next(i for i, (t, info) in enumerate(expected) if t == ("exec", 1, 0))
-    assert 1 in expected[at][1].live
+    # the first block of lane 0 with two registers live through it (live after it, not written back; which
+    # block that is depends on the lowering): overwrite the first one's row with the second's
+    def through(info) -> list[int]:
+        written = {r for r, _ in encode_block(image.program.blocks[info.block], SPEC.fmt).writeback}
+        return [r for r in info.live if r not in written]
+    at = next(i for i, (t, info) in enumerate(expected) if t[0] == "exec" and t[2] == 0 and len(through(info)) > 1)
+    info = expected[at][1]
+    dst, src = through(info)[:2]
+    values = info.record.regs[0]
+    assert values[dst] != values[src]
     regs = next(op for op in cg.plan.ops if getattr(op, "mem", None) is not None and op.mem.name == "regs")
-    err = _tampered_run(cg, image, expected, at, regs, 1, 2)      # lane 0's rows are its registers
+    err = _tampered_run(cg, image, expected, at, regs, dst, src)      # lane 0's rows are its registers
     assert err.index == next(i for i in range(at + 1, len(expected)) if expected[i][0][0] == "exec")
-    assert "block B1, lane 0: register r1 expected 0x00000010, found 0x00000020" in str(err)
+    assert (f"block B{info.block}, lane 0: register r{dst} expected 0x{values[dst]:08x}, "
+            f"found 0x{values[src]:08x}") in str(err)

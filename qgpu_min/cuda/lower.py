@@ -21,11 +21,13 @@ from dataclasses import dataclass, field
 from ..machine.isa import (MACHINE_FORMAT, MEM_WORDS, N_PRE, STORE_OPS, ZERO, Block, BlockFormat, CapacityError,
                            Instr, Program, Term, annotate_liveness, check_block_format, check_program,
                            live_in_reads)
-from .lower_cfg import build_blocks, layout, thread_jumps
+from .lower_cfg import build_blocks, exit_directly, layout, thread_jumps
 from .lower_ir import RZ, MemoryLayout, V
 from .lower_ops import Lowerer
 from .lower_opt import optimize
-from .lower_regalloc import allocate
+from .lower_regalloc import allocate, dead_code, liveness
+from .lower_remat import (constant_def, drop_known_constants, fold_derived_ivs, recolour_zero_inits,
+                          rematerialise)
 from .lower_warn import warp_size_warnings
 from .ptx import Function, PtxModule
 
@@ -102,7 +104,8 @@ def _check_ops(ops: list[Slot], fmt: BlockFormat) -> None:
             raise CapacityError(f"{where}: {ins.op} fits no ALU slot of the block format")
 
 
-def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = ZERO) -> list[Chunk]:
+def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = ZERO,
+          remat: dict[int, set[int]] | None = None, local: set[int] | None = None) -> list[Chunk]:
     """Schedule a basic block's instructions into (pre, mem, post) chunks of format ``fmt``.
 
     List scheduling over register dependences (memory ops keep their order): each chunk first takes
@@ -111,7 +114,21 @@ def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = 
     with the best ready op it allows; an op that no remaining slot allows, or that would push the chunk's
     live-in reads over fmt.max_reads, waits for the next chunk. ``branch_reg`` is the register the
     block's BR tests: it counts as a read of the last chunk, and gets an empty chunk of its own when
-    that chunk has no read to spare."""
+    that chunk has no read to spare.
+
+    ``remat`` maps the index of a constant definition (a literal, parameter or S2R: it reads no register)
+    to the ops that read its value. Such a definition is not scheduled on its own: a copy of it goes into
+    every chunk that holds one of its readers, in a slot before the first of them, so its register is
+    never live from one chunk to the next (on a target with ``writeback_cost`` that saves a write-back
+    per lane and chunk). Copies rewrite the register with the value it already holds, so they can go
+    anywhere in its live range: after the definition's own WAR/WAW predecessors.
+
+    ``local``: ops whose results the basic block does not leave live. Such an op is only placed while it
+    is needed by the chunk's memory op or one of its readers could follow it into the chunk: hoisted
+    into an earlier chunk its result would cross into the next one (a write-back on the GPU). A chunk
+    that this leaves without any op is scheduled again without the rule."""
+    remat = remat or {}
+    local = local or set()
     n = len(ops)
     rw = [_rw(i) for i, _ in ops]
     preds: list[set[int]] = []
@@ -119,7 +136,20 @@ def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = 
         rj, wj = rw[j]
         preds.append({i for i in range(j) if rw[i][1] & rj or rw[i][0] & wj or rw[i][1] & wj
                       or (ops[i][0].is_mem and ops[j][0].is_mem)})
-    done: set[int] = set()
+    consts: list[set[int]] = [set() for _ in range(n)]      # op -> the deferred definitions it reads
+    for i, readers in remat.items():
+        for j in readers:
+            preds[j].discard(i)
+            consts[j].add(i)
+    done: set[int] = set(remat)     # every other op may go as if they had run (their copies follow)
+    chunk_start: set[int] = set()   # done before the chunk being filled
+    readers: list[set[int]] = [set() for _ in range(n)]      # op -> the ops that read the value it writes
+    last: dict[int, int] = {}
+    for j in range(n):
+        for r in rw[j][0]:
+            if r in last:
+                readers[last[r]].add(j)
+        last.update((r, j) for r in rw[j][1])
     chunks: list[Chunk] = []
 
     def ancestors(k: int) -> set[int]:
@@ -134,11 +164,55 @@ def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = 
     def within_reads(placed: list[Instr], ins: Instr) -> bool:
         return fmt.max_reads is None or len(live_in_reads(placed + [ins])) <= fmt.max_reads
 
+    def candidates(here: set[int], keep: Callable[[int], bool] = lambda k: True,
+                   mem_next: int | None = None) -> list[int]:
+        """Ready ALU ops in program order (those ``keep`` accepts); an op still missing a deferred
+        definition in this chunk stands for that definition's copy instead, and so does the chunk's
+        memory op ``mem_next`` (while the pre slots fill) once it is otherwise ready."""
+        out: list[int] = []
+        for k in range(n):
+            if k in done or ops[k][0].is_mem or not preds[k] <= done or not keep(k):
+                continue
+            missing = sorted(consts[k] - here)
+            if not missing:
+                out.append(k)
+            out += [i for i in missing if preds[i] <= done and i not in out]
+        if mem_next is not None and preds[mem_next] <= done:
+            out += [i for i in sorted(consts[mem_next] - here) if preds[i] <= done and i not in out]
+        return out
+
+    def reads_on(k: int, need: set[int], mem_next: int | None, assumed: set[int], depth: int) -> bool:
+        """Some reader of k could follow it into this chunk and is worth placing there: it is needed
+        by the chunk's memory op, is that op, leaves the block, or has such a reader itself."""
+        assumed = assumed | {k}
+        for j in readers[k]:
+            if j in done or not preds[j] - assumed <= done or (ops[j][0].is_mem and j != mem_next):
+                continue
+            if j not in local or j in need or j == mem_next or \
+                    (depth > 0 and reads_on(j, need, mem_next, assumed, depth - 1)):
+                return True
+        return False
+
+    def wanted(k: int, need: set[int], mem_next: int | None) -> bool:
+        """A local op is placed now only if something in reach of this chunk reads it, or it is the last
+        reader of a local value written in this chunk (placing it then ends one value as it starts
+        another; a value from an earlier chunk is written back already, and staying live costs nothing
+        more), or nothing but such ops is left (the BR register's compare)."""
+        if k not in local or k in need:
+            return True
+        if reads_on(k, need, mem_next, set(), 3):
+            return True
+        if any(p in local and p in done - chunk_start and k in readers[p] and readers[p] - {k} <= done
+               for p in range(n)):
+            return True
+        return not readers[k] and all(j in done or j == k or not readers[j] for j in range(n))
+
     def take(n_slots: int, allows: Callable[[int, str], bool], need: set[int],
-             placed: list[Instr]) -> list[int | None]:
+             placed: list[Instr], here: set[int], lazy: bool = False,
+             mem_next: int | None = None) -> list[int | None]:
         picked: list[int | None] = []
         for slot in range(n_slots):
-            ready = [k for k in range(n) if k not in done and not ops[k][0].is_mem and preds[k] <= done]
+            ready = candidates(here, (lambda k: wanted(k, need, mem_next)) if lazy else (lambda k: True), mem_next)
             if not ready:
                 break
             fit = [k for k in ready if allows(slot, ops[k][0].op) and within_reads(placed, ops[k][0])]
@@ -147,7 +221,7 @@ def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = 
                 continue
             k = next((x for x in fit if x in need), fit[0])
             picked.append(k)
-            done.add(k)
+            (here if k in remat else done).add(k)
             placed.append(ops[k][0])
         while picked and picked[-1] is None:
             picked.pop()
@@ -156,24 +230,99 @@ def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = 
     def slots(picked: list[int | None]) -> list[Slot | None]:
         return [None if k is None else ops[k] for k in picked]
 
+    def prune(picked: list[int | None], used: set[int]) -> list[int | None]:
+        """Drop copies whose readers all missed the chunk (they would only fill a slot)."""
+        out = [None if k in remat and k not in used else k for k in picked]
+        while out and out[-1] is None:
+            out.pop()
+        return out
+
     placed: list[Instr] = []
     while len(done) < n:
         before = len(done)
         nxt = next((k for k in range(n) if k not in done and ops[k][0].is_mem), None)
         need = ancestors(nxt) - done if nxt is not None else set()
-        placed = []
-        pre = take(fmt.n_pre, fmt.pre_allows, need, placed)
-        mem = nxt if nxt is not None and preds[nxt] <= done and within_reads(placed, ops[nxt][0]) else None
-        if mem is not None:
-            done.add(mem)
-            placed.append(ops[mem][0])
-        post = take(fmt.n_post, fmt.post_allows, need, placed)
+        need |= {i for k in need | ({nxt} if nxt is not None else set()) for i in consts[k]}
+        saved = chunk_start = set(done)
+        for lazy in ((True, False) if local else (False,)):
+            done.clear()
+            done.update(saved)
+            placed, here = [], set()
+            pre = take(fmt.n_pre, fmt.pre_allows, need, placed, here, lazy, nxt)
+            mem = nxt if nxt is not None and preds[nxt] <= done and consts[nxt] <= here \
+                and within_reads(placed, ops[nxt][0]) else None
+            if mem is not None:
+                done.add(mem)
+                placed.append(ops[mem][0])
+            post = take(fmt.n_post, fmt.post_allows, need, placed, here, lazy)
+            if len(done) > before:
+                break
         if len(done) == before:     # a guard: _check_ops and max_reads >= 3 make every chunk take an op
             raise CapacityError(f"the block format leaves no room for {ops[min(set(range(n)) - done)][0]}")
+        if remat:
+            members = [k for k in pre + post + [mem] if k is not None and k not in remat]
+            used = set().union(*(consts[k] for k in members))
+            pre, post = prune(pre, used), prune(post, used)
         chunks.append((slots(pre), ops[mem] if mem is not None else None, slots(post)))
     if chunks and fmt.max_reads is not None and len(live_in_reads(placed, branch_reg)) > fmt.max_reads:
         chunks.append(([], None, []))
     return chunks or [([], None, [])]
+
+
+def _chunk_cost(chunks: list[Chunk], live_out: set[int], branch_reg: int = ZERO) -> int:
+    """Tokens per lane that running these chunks costs the GPU: one EXEC per chunk plus one write-back
+    per register a chunk writes that is read after it (a later chunk, the last chunk's BR on
+    ``branch_reg``, or ``live_out`` of the block)."""
+    cost, live = 0, set(live_out) | ({branch_reg} - {ZERO})
+    for pre, mem, post in reversed(chunks):
+        instrs = [x[0] for x in pre + [mem] + post if x is not None]
+        writes = set().union(*(_rw(i)[1] for i in instrs)) if instrs else set()
+        cost += 1 + len(writes & live)
+        live = (live - writes) | live_in_reads(instrs)
+    return cost
+
+
+def _best_pack(ops: list[Slot], fmt: BlockFormat, branch_reg: int, remat: dict[int, set[int]],
+               local: set[int], live_out: set[int]) -> list[Chunk]:
+    """The cheapest (by _chunk_cost) of the schedules with and without the write-back rules of _pack;
+    without any (the machine's format) just the plain one. The plain schedule always exists."""
+    if not remat and not local:
+        return _pack(ops, fmt, branch_reg)
+    tries = []
+    for args in ((remat, local), (remat, set()), ({}, set())):
+        try:
+            tries.append(_pack(ops, fmt, branch_reg, *args))
+        except CapacityError:
+            continue
+    return min(tries, key=lambda c: _chunk_cost(c, live_out, branch_reg)) if tries else _pack(ops, fmt, branch_reg)
+
+
+def _deferred_constants(ops: list[Slot], term: V, live_out: set[str]) -> tuple[dict[int, set[int]], set[int]]:
+    """What _pack needs for a target with writeback_cost: (1) the constant definitions of a basic block
+    that it may copy next to their readers: index -> the indices of the ops that read the value it
+    defines; a definition whose value is still held at the end of the block (live out, or the BR
+    register) stays an ordinary op; (2) the ops whose values do not leave the block (``local``).
+    Values are followed by virtual register, also through moves that coalescing turned into `rX = rX`
+    (dropped before packing)."""
+    reaching: dict[str, int] = {}       # virtual register -> the op whose value it holds
+    readers: dict[int, set[int]] = {}
+    for k, (ins, v) in enumerate(ops):
+        dropped = v.is_move and ins.rd == ins.ra
+        for r in V.uses(v):
+            if r in reaching and not dropped:
+                readers[reaching[r]].add(k)
+        src = reaching.get(v.a) if dropped else None
+        for d in v.defs():
+            reaching.pop(d, None)
+        if src is not None:
+            reaching[v.d] = src
+        elif v.defs():
+            reaching[v.d] = k
+            readers[k] = set()
+    held = {reaching[r] for r in set(live_out) | set(V.uses(term)) if r in reaching}
+    remat = {i: js for i, js in readers.items() if i not in held and js and constant_def(ops[i][1])}
+    live_end = {reaching[r] for r in live_out if r in reaching}
+    return remat, {k for k in readers if k not in live_end}
 
 
 def _slot_instrs(slots: list[Slot | None]) -> list[Instr]:
@@ -190,9 +339,21 @@ def lower(module: PtxModule, kernel: Function, fmt: BlockFormat = MACHINE_FORMAT
     lay = memory_layout(module, kernel)
     code = Lowerer(module, kernel, lay).lower_kernel()
     blocks = thread_jumps(build_blocks(code))
-    optimize(blocks)
+    if fmt.writeback_cost:
+        rematerialise(blocks)
+    optimize(blocks, params=fmt.writeback_cost)
+    if fmt.writeback_cost:      # the copies left definitions unread: drop them and the blocks they emptied
+        fold_derived_ivs(blocks)
+        drop_known_constants(blocks, list(blocks))
+        dead_code(blocks, list(blocks))
+        blocks = thread_jumps(blocks)
+        exit_directly(blocks)
     order = layout(blocks)
     colour = allocate(blocks, order, lay)
+    if fmt.writeback_cost:
+        recolour_zero_inits(blocks, order, colour)
+        drop_known_constants(blocks, order, colour)
+    live_out = liveness(blocks, order)[1]
     top = MEM_WORDS * 4 - lay.frame_bytes
     for n in order:
         for v in blocks[n].ops:
@@ -209,9 +370,15 @@ def lower(module: PtxModule, kernel: Function, fmt: BlockFormat = MACHINE_FORMAT
         bb = blocks[name]
         start[name] = len(machine)
         ops = [(_phys(v, colour), v) for v in bb.ops]
-        ops = [(i, v) for i, v in ops if not (v.is_move and i.rd == i.ra)]
+        remat, local = _deferred_constants(ops, bb.term, live_out[name]) if fmt.writeback_cost else ({}, set())
+        keep = [k for k, (i, v) in enumerate(ops) if not (v.is_move and i.rd == i.ra)]
+        index = {k: n for n, k in enumerate(keep)}
+        remat = {index[i]: {index[j] for j in js} for i, js in remat.items()}
+        local = {index[k] for k in local if k in index}
+        ops = [ops[k] for k in keep]
         _check_ops(ops, fmt)
-        chunks = _pack(ops, fmt, _branch_reg(bb.term, colour))
+        chunks = _best_pack(ops, fmt, _branch_reg(bb.term, colour), remat, local,
+                            {colour[x] for x in live_out[name]} - {ZERO})
         for k, (pre, mem, post) in enumerate(chunks):
             used = [x for x in pre + post + [mem] if x is not None]
             lines = sorted({v.line for _, v in used if v.line})

@@ -111,6 +111,29 @@ def thread_jumps(blocks: dict[str, BB]) -> dict[str, BB]:
     return blocks
 
 
+def exit_directly(blocks: dict[str, BB]) -> int:
+    """A JMP to a block that only exits becomes that EXIT: on a target that pays per block executed (the
+    GPU's EXEC token per lane), the lanes leave one block earlier. Lanes that exit wait for nothing, so
+    reconvergence is unchanged. Returns the number of jumps replaced (unreachable blocks are dropped)."""
+    n = 0
+    for b in blocks.values():
+        t = blocks.get(b.term.t) if b.term.op == "JMP" else None
+        if t is not None and t is not b and not t.ops and t.term.op == "EXIT":
+            b.term = V("EXIT", line=b.term.line)
+            n += 1
+    if n:
+        entry = next(iter(blocks))
+        reach, stack = set(), [entry]
+        while stack:
+            x = stack.pop()
+            if x not in reach:
+                reach.add(x)
+                stack.extend(blocks[x].succs())
+        for k in [k for k in blocks if k not in reach]:
+            del blocks[k]
+    return n
+
+
 def _dominators(blocks: dict[str, BB], entry: str, preds: dict[str, list[str]]) -> dict[str, set[str]]:
     names = list(blocks)
     dom = {n: set(names) for n in names}
@@ -126,6 +149,19 @@ def _dominators(blocks: dict[str, BB], entry: str, preds: dict[str, list[str]]) 
             if new != dom[n]:
                 dom[n], changed = new, True
     return dom
+
+
+def predecessors(blocks: dict[str, BB]) -> dict[str, list[str]]:
+    preds: dict[str, list[str]] = {n: [] for n in blocks}
+    for n, b in blocks.items():
+        for s in b.succs():
+            preds[s].append(n)
+    return preds
+
+
+def dominators(blocks: dict[str, BB], entry: str) -> dict[str, set[str]]:
+    """Block -> the blocks that dominate it (itself included)."""
+    return _dominators(blocks, entry, predecessors(blocks))
 
 
 def layout(blocks: dict[str, BB]) -> list[str]:

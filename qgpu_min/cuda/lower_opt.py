@@ -22,10 +22,17 @@ def _imm(x: int) -> int:
     return x - (1 << 32) if x >> 31 else x
 
 
-def _propagate(ops: list[V]) -> None:
+def _propagate(ops: list[V], params: bool = False) -> None:
     known: dict[str, int] = {}
+    bound: dict[str, tuple[int, int]] = {}      # register -> (parameter, part) it was just set to
     for v in ops:
         if v.op in ALU_OPS and v.op not in ("S2R", "NOP"):
+            if params and v.param is None and v.frame is None and not v.bimm:
+                # a parameter becomes this instruction's immediate; the launch writes it there instead
+                if v.b in bound:
+                    (v.param, v.param_part), v.b, v.imm, v.bimm = bound[v.b], RZ, 0, True
+                elif v.a in bound and v.op in COMMUTATIVE:
+                    (v.param, v.param_part), v.a, v.b, v.imm, v.bimm = bound[v.a], v.b, RZ, 0, True
             if v.a in known and known[v.a] == 0:
                 v.a = RZ
             if not v.bimm and v.b in known and v.param is None:
@@ -40,6 +47,14 @@ def _propagate(ops: list[V]) -> None:
             v.imm, v.a = _imm(v.imm + known[v.a]), RZ
         for d in v.defs():
             known.pop(d, None)
+            bound.pop(d, None)
+        if v.op == "ADD" and v.a == RZ and v.bimm and v.param is not None and v.d != RZ:
+            bound[v.d] = (v.param, v.param_part)
+        if params and v.is_move and v.d != RZ and v.a != v.d:       # a copy (cvta) of a constant is one too
+            if v.a in bound:
+                bound[v.d] = bound[v.a]
+            elif v.a in known:
+                known[v.d] = known[v.a]
         if v.op == "ADD" and v.a == RZ and v.bimm and v.param is None and v.frame is None and v.d != RZ:
             known[v.d] = v.imm & M32
 
@@ -67,7 +82,9 @@ def _invert_branch(b: BB) -> None:
     t.a, t.t, t.f = x, t.f, t.t      # the negation stays for other readers; dead-code removal drops it
 
 
-def optimize(blocks: dict[str, BB]) -> None:
+def optimize(blocks: dict[str, BB], params: bool = False) -> None:
+    """Constant propagation and branch inversion in every block; ``params``: also fold parameters into
+    the immediates of the instructions that read them (each such slot is then a parameter slot)."""
     for b in blocks.values():
-        _propagate(b.ops)
+        _propagate(b.ops, params)
         _invert_branch(b)

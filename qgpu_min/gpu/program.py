@@ -23,7 +23,7 @@ def block_format(spec: GpuSpec) -> BlockFormat:
     f = spec.fmt
     pre = tuple(frozenset(f.opcodes(k)) for k in range(f.pre))
     post = tuple(frozenset(f.opcodes(k)) for k in range(f.pre, f.slots))
-    return BlockFormat(f.pre, f.post, pre, post, f.reads, frozenset(GPU_MEM_OPS))
+    return BlockFormat(f.pre, f.post, pre, post, f.reads, frozenset(GPU_MEM_OPS), writeback_cost=True)
 
 
 def _pack(fields: list[tuple[str, int]], values: dict[str, int]) -> int:

@@ -264,6 +264,10 @@ class BlockFormat:
     # the most distinct registers a block may read before writing them (live_in_reads); None: no limit
     max_reads: int | None = None
     mem_ops: frozenset[str] | None = None       # memory/warp opcodes allowed in the memory slot; None: all
+    # the target pays for every register a block writes and leaves live (the GPU in the weights emits a
+    # write-back token per such register per lane): the lowering then recomputes per-thread constants
+    # (parameters, literals, S2R values) where they are read instead of keeping them in registers
+    writeback_cost: bool = False
 
     def __post_init__(self) -> None:
         if not (0 <= self.n_pre <= N_PRE and 0 <= self.n_post <= N_POST):
