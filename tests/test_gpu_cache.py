@@ -19,7 +19,7 @@ from qgpu_min.gpu.core import build
 from qgpu_min.gpu.layout import GpuSpec
 from qgpu_min.gpu.model import CompiledGpu, compile_gpu
 
-TOKENS = [("init",), ("pay", 5), ("pay", 1234), ("pay", 4095), ("pay", 0), ("go",)]
+TOKENS = [("init", 0), ("pay", 5), ("pay", 1234), ("pay", 4095), ("pay", 0), ("go",)]
 
 
 @pytest.fixture(scope="module")

@@ -122,8 +122,10 @@ def test_a_changed_memory_row_in_the_state_changes_the_result(kernels, monkeypat
 
 def test_limits_and_unsupported_are_refused_before_launching(kernels, tmp_path):
     args, _ = ARGS["vadd"]
-    with pytest.raises(CapacityError, match="one 1-D warp of at most 4 threads"):
-        launch(kernels["vadd"], args, block=8, backend="circuit")
+    with pytest.raises(CapacityError, match="a 1-D block of at most 16 threads"):
+        launch(kernels["vadd"], args, block=17, backend="circuit")
+    with pytest.raises(CapacityError, match="a 1-D block of at most 16 threads"):
+        launch(kernels["vadd"], args, block=(4, 2), backend="circuit")
     with pytest.raises(CapacityError, match="one CTA"):
         launch(kernels["vadd"], args, grid=2, block=4, backend="circuit")
     src = tmp_path / "cas.cu"
@@ -137,3 +139,42 @@ def test_memory_fault_is_an_error_naming_the_block(tmp_path):
     src.write_text("__global__ void oob(int* a) { a[threadIdx.x * 1000] = 1; }\n")
     with pytest.raises(interp.MemoryFault, match="block B.*lane 1"):
         launch(compile_kernel(src), [[0, 0]], block=2, backend="circuit")
+
+
+MULTI_WARP = """
+__global__ void rotate_sum(const int* x, int* out, int* total) {
+    __shared__ int s[16];
+    int t = threadIdx.x, n = blockDim.x;
+    s[t] = x[t];
+    __syncthreads();                          // every warp's write is seen by every other warp
+    int acc = 0;
+    for (int k = 0; k <= ((t ^ (t >> 2)) & 3); k++) {   // lanes and warps leave the loop at different trips
+        int j = t + k;
+        acc += s[j >= n ? j - n : j];
+    }
+    __syncthreads();
+    s[t] = acc;
+    __syncthreads();
+    out[t] = s[n - 1 - t];
+    atomicAdd(total, acc);
+}
+"""
+
+
+@pytest.mark.parametrize("threads,mode", [(7, "fp32"), (16, "fp32"), (10, "bf16")])
+def test_several_warps_with_barriers_are_exact_under_check(tmp_path, threads, mode):
+    """Warps of 4 lanes scheduled as the interpreter does (turns end at a barrier or a loop back edge),
+    barriers across warps, a partial last warp; checked token by token against the interpreter."""
+    src = tmp_path / "rotate_sum.cu"
+    src.write_text(MULTI_WARP)
+    k = compile_kernel(src)
+    rng = np.random.default_rng(threads)
+    x = rng.integers(-300, 300, threads).tolist()
+    args = [x, [0] * threads, [5]]
+    ref = launch(k, args, block=threads)
+    got = launch(k, args, block=threads, backend="circuit", mode=mode, check=True)
+    acc = [sum(x[(t + j) % threads] for j in range(((t ^ (t >> 2)) & 3) + 1)) for t in range(threads)]
+    assert got.arrays["out"].tolist() == ref.arrays["out"].tolist() == acc[::-1]
+    assert got.arrays["total"].tolist() == [5 + sum(acc)]
+    warps = {name.split()[2] for name in got.extra["trace"]["generated"] if name.startswith("EXEC")}
+    assert warps == {f"w={w}" for w in range((threads + 3) // 4)}

@@ -40,17 +40,18 @@ def _check_shape(grid: tuple[int, int], block: tuple[int, int], spec: GpuSpec) -
     if grid != (1, 1):
         raise CapacityError(f"the GPU in the weights runs one CTA per launch for now; the grid has "
                             f"{grid[0] * grid[1]} CTAs (use --backend interp for grids)")
-    if block[1] != 1 or not 1 <= block[0] <= spec.lanes:
-        raise CapacityError(f"the GPU in the weights runs one 1-D warp of at most {spec.lanes} threads for now; "
-                            f"the block is {block[0]}x{block[1]} (use --backend interp for larger blocks)")
+    if block[1] != 1 or not 1 <= block[0] <= spec.threads:
+        raise CapacityError(f"the GPU in the weights runs a 1-D block of at most {spec.threads} threads "
+                            f"({spec.warps} warps of {spec.lanes}) for now; the block is {block[0]}x{block[1]} "
+                            f"(use --backend interp for larger blocks)")
 
 
 def _warp_steps(generated: list[Token]) -> int:
-    """Warp steps in a generated run: an exec at a new block, or at a lane not after the previous one."""
+    """Warp steps in a generated run: an exec at a new block or warp, or at a lane not after the previous one."""
     steps, last = 0, None
     for t in generated:
         if t[0] == "exec":
-            if last is None or t[1] != last[1] or t[2] <= last[2]:
+            if last is None or (t[1], t[3]) != (last[1], last[3]) or t[2] <= last[2]:
                 steps += 1
             last = t
     return steps
@@ -83,10 +84,11 @@ def run_launch(program: Program, memory: list[int], grid: tuple[int, int], block
         run = run_model(cg, toks, mode, max_generated=limit, on_token=on_token)
     except TooManyTokens as e:
         raise StepLimitError(f"the launch did not halt within the step limit of {step_limit or DEFAULT_STEP_LIMIT} "
-                             f"warp steps: the model was at block B{e.block}, lane {e.lane} (warp 0, CTA 0)", e.block)
+                             f"warp steps: the model was at block B{e.block}, warp {e.warp}, lane {e.lane} (CTA 0)",
+                             e.block)
     last = next((t for t in reversed(run.generated) if t[0] == "exec"), None)
     if run.generated[-1][0] == "fault":
-        where = f"block B{last[1]}, lane {last[2]} of warp 0 in CTA 0" if last else "the first step"
+        where = f"block B{last[1]}, lane {last[2]} of warp {last[3]} in CTA 0" if last else "the first step"
         raise MemoryFault(f"memory access outside the GPU's {spec.mem_words} words or misaligned at {where} "
                           f"(generated token {len(run.generated) - 1})")
     words = run.memory + list(memory[spec.mem_words:])

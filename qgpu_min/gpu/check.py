@@ -16,7 +16,9 @@ order, before the faulting lane's EXEC answers FAULT). Lanes are independent wit
 block the GPU runs (ALU ops, word LD/ST, atomics in lane order: no shuffles or votes), so their values
 are exact. The same subclass notes the word each lane's atomic leaves in memory (its record write-back).
 
-Token protocol checked (core.py): per warp step, per active lane l ascending: ("exec", block, l), then
+Token protocol checked (core.py): per warp step, per active lane l ascending: ("exec", block, l, warp,
+parity), where parity counts (mod 2) the barrier openings so far (the interpreter's scheduling order and
+a BAR block's end of the warp's turn are the interpreter's own; see expected_tokens), then
 one write-back per entry e of encode_block(block).writeback, in order: its value v (lane l's register
 after the block; for an atomic's record, entry 0, the memory word lane l's atomic left) goes out as
 ("w1", e, v & 0xff) when v is a sign-extended 8-bit number, else as ("wa", v & 0xfff),
@@ -139,9 +141,9 @@ def _records(program: Program, memory: list[int], threads: int, spec: GpuSpec,
 
 # ---- expected tokens ---------------------------------------------------------------------------------
 
-def _exec_token(rec: StepRecord, lane: int) -> Token:
-    # the one place the EXEC token's shape is known (it will gain a warp field with several warps)
-    return ("exec", rec.block, lane)
+def _exec_token(rec: StepRecord, lane: int, parity: int) -> Token:
+    # the one place the EXEC token's shape is known
+    return ("exec", rec.block, lane, rec.warp, parity)
 
 
 def _is_small(v: int) -> bool:
@@ -179,15 +181,24 @@ def expected_tokens(program: Program, memory: list[int], threads: int, spec: Gpu
     out: list[tuple[Token, StepInfo]] = []
     m, records = _records(program, memory, threads, spec, step_limit)
     last: StepRecord | None = None
+    # the barrier parity: a warp steps again after a BAR block only once the barrier has opened for every
+    # waiting warp, which flips the parity the EXEC tokens carry
+    at_bar: set[int] = set()
+    parity = 0
     for rec in records:
         m.settle()
+        if rec.warp in at_bar:
+            at_bar.clear()
+            parity ^= 1
         blk = program.blocks[rec.block]
+        if blk.term.kind == "BAR":
+            at_bar.add(rec.warp)
         if rec.block not in codes:
             codes[rec.block] = encode_block(blk, spec.fmt, f"block B{rec.block}")
         live = tuple(r for r in range(spec.regs) if blk.live_out >> r & 1)
         fault = m.fault if m.fault is not None and m.fault.step == rec.step else None
         for lane in _lanes(rec.active):
-            out.append((_exec_token(rec, lane), StepInfo(rec.step, rec.cta, rec.warp, rec.block, lane,
+            out.append((_exec_token(rec, lane, parity), StepInfo(rec.step, rec.cta, rec.warp, rec.block, lane,
                                                           live=live, record=rec)))
             if fault is not None and lane == fault.lane:
                 return out + [(("fault",), StepInfo(rec.step, rec.cta, rec.warp, rec.block, lane, record=rec))]
@@ -273,8 +284,9 @@ class Checker:
 
     # ---- state -----------------------------------------------------------------------------------
     def _reg_rows(self, info: StepInfo) -> range:
-        # register file rows of one lane (one warp today: lane * regs + r)
-        return range(info.lane * self.spec.regs, (info.lane + 1) * self.spec.regs)
+        # register file rows of one lane: (warp * lanes + lane) * regs + r
+        first = (info.warp * self.spec.lanes + info.lane) * self.spec.regs
+        return range(first, first + self.spec.regs)
 
     def _check_registers(self, i: int, state, info: StepInfo) -> None:
         if not info.live:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from ..circuit import lib
 from ..circuit.compile import OutputCode
-from ..circuit.ir import CONST, Circuit, Group, Word, const_bit, decode_view, onehot_bits, view
+from ..circuit.ir import CONST, Circuit, Group, Product, Word, const_bit, decode_view, onehot_bits, view
 from .datapath import BlockFields, SlotFields, lane_datapath, post_slots
 from .layout import (ATOM_OPS, KINDS, MEM_KINDS, PAY_BITS, RECORD_REG, SMALL_BITS, TERM_KINDS, WB_PAYLOADS,
                      GpuSpec, field_offsets, rom_rows)
@@ -90,7 +90,7 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     c = Circuit("gpu")
     rows = rom_rows(spec)
     n_rom = len(rows)
-    L, B, W = spec.lanes, spec.blocks, spec.wb_entries
+    L, B, W, NW, T = spec.lanes, spec.blocks, spec.wb_entries, spec.warps, spec.threads
 
     # ---- embedding fields -------------------------------------------------------------------------
     kind = c.input("kind", len(KINDS))
@@ -99,17 +99,20 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     # (the register file's assembled source must be absent on a w1, whose value comes through 'now')
     wpay = {r: [c.input(f"{r}pay[{i}]", 3) for i in range(n)] for r, n in WB_PAYLOADS.items()}
     x_b, x_l, x_e = c.input("x_b", B), c.input("x_l", L), c.input("x_e", W)
+    x_w, x_p = c.input("x_w", NW), c.input("x_p", 2)   # an EXEC's warp and barrier parity; an init's warp
     x_rom = c.input("x_rom", n_rom * B + 2)          # (row m, block b) = m * B + b; then none, init-all
     x_mem = c.input("x_mem", spec.mem_words + 1)     # a word address, or none
-    x_n = c.input("x_n", L + 1)                      # threads of the launch
+    x_n = c.input("x_n", T + 1)                      # threads of the launch
     code_in = {"kind": c.input("code_kind", len(KINDS)), "b": c.input("code_b", B), "l": c.input("code_l", L),
+               "w": c.input("code_w", NW), "p": c.input("code_p", 2),
                "e": c.input("code_e", W), "pay": [c.input(f"code_pay[{i}]", 2) for i in range(PAY_BITS)]}
     is_init = _kind_is(kind, "init")
 
-    # ---- context: the current EXEC's block and lane; the launch shape ----------------------------
-    cur_b, cur_l = c.access(c.memory("ctx", 1, (B, L)), _row0_when(kind, "exec", "init"), [x_b, x_l],
-                            [_const_row(1, 0)])[0]
-    (cur_n,) = c.access(c.memory("launch", 1, (L + 1,)), _row0_when(kind, "launch", "init"), [x_n],
+    # ---- context: the current EXEC's block, lane, warp and barrier parity; the launch shape ----------
+    # (the init tokens come last warp first, so the context holds warp 0 when the prompt's writes begin)
+    cur_b, cur_l, cur_w, cur_p = c.access(c.memory("ctx", 1, (B, L, NW, 2)), _row0_when(kind, "exec", "init"),
+                                          [x_b, x_l, x_w, x_p], [_const_row(1, 0)])[0]
+    (cur_n,) = c.access(c.memory("launch", 1, (T + 1,)), _row0_when(kind, "launch", "init"), [x_n],
                         [_const_row(1, 0)])[0]
 
     # ---- ROM ------------------------------------------------------------------------------------
@@ -143,7 +146,7 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     wb_count = field_of("wbsrc", "count", W + 1)
     wb_src = [field_of("wbsrc", f"src{e}", len(spec.wb_sources)) for e in range(W)]
 
-    # ---- register file: rows lane * regs + r ----------------------------------------------------------
+    # ---- register file: rows (warp * lanes + lane) * regs + r; a product address (warp, lane * regs + r) --
     R = spec.regs
     ends = _kind_is(kind, "w3", "w1")      # the token that completes a write-back entry writes the register
     is_w1 = _kind_is(kind, "w1")
@@ -154,6 +157,13 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
                 units.append(lib.and_unit([(ends, 1), (cur_l, l), (x_e, e), (wb_reg[e], r)],
                                           ((l * R + r, 1), (L * R, -1))))
     reg_waddr = c.gate("regs.w", L * R + 2, L * R, units)
+    # the warp part: the current warp; an init token's own warp (its 'every' covers that warp's rows only:
+    # the count of rows one write keys in a bank must be a power of 4)
+    reg_wwarp = c.gate("regs.ww", NW, 0, [lib.and_unit([(is_init, 0), (cur_w, w)], ((w, 1), (0, -1))) for w in range(1, NW)]
+                       + [lib.and_unit([(is_init, 1), (x_w, w)], ((w, 1), (0, -1))) for w in range(1, NW)])
+
+    def in_warp(a: Group, every: int | None = None) -> Product:
+        return Product((reg_wwarp if every is not None else cur_w, a), (NW, L * R), (None, every))
     reg_raddr = [c.gate(f"regs.r{i}", L * R, 0, [lib.and_unit([(cur_l, l), (read_reg[i], r)], ((l * R + r, 1), (0, -1)))
                                                    for l in range(L) for r in range(R) if l or r])
                  for i in range(fmt.reads)]
@@ -165,16 +175,19 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
                          for v in (0, 1)]) for i in range(32)]
     assembled = [(i, wpay[r][i - lo], tap) for r, lo, tap in (("wa", 0, 2), ("wb", PAY_BITS, 1), ("w3", 2 * PAY_BITS, 0))
                  for i in range(lo, min(lo + PAY_BITS, 32))]
-    *regs, scratch = c.access(c.memory("regs", L * R, (2,) * 32), reg_waddr, reg_now,
-                              reg_raddr + [scratch_raddr], alternatives=assembled)
+    *regs, scratch = c.access(c.memory("regs", NW * L * R, (2,) * 32), in_warp(reg_waddr, L * R + 1), reg_now,
+                              [in_warp(a) for a in reg_raddr + [scratch_raddr]], alternatives=assembled)
     # a W3 whose entry is the record (register r15) writes the assembled word to memory too
     record = c.gate("record", 2, 0, [lib.and_unit([(ends, 1), (x_e, e), (wb_reg[e], RECORD_REG)], lib.SET)
                                      for e in range(W)])
 
-    # ---- specials (v1: one warp, one CTA, a 1-D block) ----------------------------------------------
+    # ---- specials (one CTA, a 1-D block): the order of machine.isa.SPECIALS ----------------------------
     zero, one = [const_bit(0)] * 32, [const_bit(1)] + [const_bit(0)] * 31
-    lane_word, n_word = _word_of_onehot(cur_l, "lane"), _word_of_onehot(cur_n, "ntid")
-    specials = [lane_word, zero, n_word, one, zero, zero, one, one, lane_word, zero, lane_word][:fmt.specials]
+    tid = c.gate("tid", T, 0, [lib.and_unit([(cur_w, w), (cur_l, l)], ((w * L + l, 1), (0, -1)))
+                                for w in range(NW) for l in range(L) if w or l])
+    tid_word, lane_word = _word_of_onehot(tid, "tid"), _word_of_onehot(cur_l, "lane")
+    n_word, warp_word = _word_of_onehot(cur_n, "ntid"), _word_of_onehot(cur_w, "warpid")
+    specials = [tid_word, zero, n_word, one, zero, zero, one, one, lane_word, warp_word, tid_word][:fmt.specials]
 
     # ---- datapath, data memory ------------------------------------------------------------------------
     # the outbox: every slot result and the load, kept for the write-back tokens; its read-back is also
@@ -214,7 +227,7 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     to_outbox("atom", lib.alu(c, atom_op, loaded, out.store_data, ATOM_ALU, (out.store_data,), "atom",
                               clamp_shifts=False))
 
-    # ---- warp table: this lane's next pc and exit ------------------------------------------------------
+    # ---- warp table: each lane's next pc and exit, rows warp * lanes + lane -------------------------------
     tk = {k: (term, TERM_KINDS.index(k)) for k in TERM_KINDS}
     pc_units = []
     for v in range(1, B):
@@ -224,15 +237,19 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
         pc_units.append(lib.and_unit([(is_exec, 1), tk["BAR"], (cur_b, v - 1)], ((v, 1), (0, -1))))
     pc_new = c.gate("pc.new", B, 0, pc_units)
     exited_new = c.gate("exited.new", 2, 0, [lib.and_unit([(is_exec, 1), tk["EXIT"]], lib.SET)])
-    wt_waddr = c.gate("lanes.w", L + 2, L, [lib.and_unit([(is_init, 1)], ((L + 1, 1), (L, -1)))]
-                      + [lib.and_unit([(is_exec, 1), (fault, 0), (cur_l, l)], ((l, 1), (L, -1))) for l in range(L)])
-    table = c.access(c.memory("lanes", L, (B, 2)), wt_waddr, [pc_new, exited_new],
-                     [_const_row(L, j) for j in range(L)])
+    NL = NW * L
+    wt_waddr = c.gate("lanes.w", NL + 2, NL, [lib.and_unit([(is_init, 1)], ((NL + 1, 1), (NL, -1)))]
+                      + [lib.and_unit([(is_exec, 1), (fault, 0), (cur_w, w), (cur_l, l)], ((w * L + l, 1), (NL, -1)))
+                         for w in range(NW) for l in range(L)])
+    table = c.access(c.memory("lanes", NL, (B, 2)), wt_waddr, [pc_new, exited_new],
+                     [Product((cur_w, _const_row(L, j)), (NW, L)) for j in range(L)])
     pcs, exited = [t[0] for t in table], [t[1] for t in table]
 
-    # ---- scheduler --------------------------------------------------------------------------------
+    # ---- scheduler: within the warp's step, then its turn, then the next warp (machine.interp's rule) ----
+    # lane j of the current warp exists when warp * lanes + j < threads
     live = [c.gate(f"live{j}", 2, 0, [lib.and_unit(
-        [(decode_view(cur_n, 2, lambda e, j=j: int(j < e), f"n>{j}"), 1), (exited[j], 0)], lib.SET)]) for j in range(L)]
+        [(cur_w, w), (decode_view(cur_n, 2, lambda e, t=w * L + j: int(t < e), f"n>{w * L + j}"), 1), (exited[j], 0)],
+        lib.SET) for w in range(NW)]) for j in range(L)]
     # cand_j: lane j > current lane, live, still at the current block: it runs next in this warp step
     cand = [c.gate(f"cand{j}", 2, 0, [lib.and_unit(
         [(decode_view(cur_l, 2, lambda e, j=j: int(e < j), f"l<{j}"), 1), (live[j], 1), (pcs[j], v), (cur_b, v)],
@@ -240,11 +257,12 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     next_in_step = c.gate("next.lane", L + 1, L, [lib.and_unit(
         [(cand[j], 1)] + [(cand[i], 0) for i in range(j)], ((j, 1), (L, -1))) for j in range(L)])
     # a new step: the first live lane at the lowest pc (key = pc * lanes + lane, compared in binary)
-    pc_bits = [onehot_bits(pcs[j], (B - 1).bit_length(), f"pc{j}") for j in range(L)]
+    nbits = (B - 1).bit_length()
+    pc_bits = [onehot_bits(pcs[j], nbits, f"pc{j}") for j in range(L)]
+    b_bits = onehot_bits(cur_b, nbits, "cur_b")
 
     def before(i: int, j: int) -> Group:   # key_i < key_j
-        ti = [(pc_bits[j][k], 1, 1 << k) for k in range(len(pc_bits[j]))] + \
-             [(pc_bits[i][k], 1, -(1 << k)) for k in range(len(pc_bits[i]))]
+        ti = [(pc_bits[j][k], 1, 1 << k) for k in range(nbits)] + [(pc_bits[i][k], 1, -(1 << k)) for k in range(nbits)]
         return c.gate(f"before{i}{j}", 2, 0, lib.step_units(ti, 1 if i > j else 0))
     ok = {}
     for i in range(L):
@@ -255,19 +273,69 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
                                                       lib.and_unit([(b_ij, 0), (live[j], 0)], lib.SET)])
     first = [c.gate(f"first{i}", 2, 0, [lib.and_unit([(live[i], 1)] + [(ok[i, j], 1) for j in range(L) if j != i],
                                                      lib.SET)]) for i in range(L)]
-    go_or_exec = _kind_is(kind, "exec", "go")
     continues = c.gate("continues", 2, 0, [lib.and_unit([(is_exec, 1), (next_in_step, j)], lib.SET) for j in range(L)])
+    # the warp's turn goes on after its step unless it is done, at a barrier, or a lane went back (pc <= block)
+    went_back = [c.gate(f"back{j}", 2, 0, lib.step_units(
+        [(b_bits[k], 1, 1 << k) for k in range(nbits)] + [(pc_bits[j][k], 1, -(1 << k)) for k in range(nbits)], 0))
+        for j in range(L)]
+    is_bar = decode_view(term, 2, lambda e: int(TERM_KINDS[e] == "BAR"), "is_bar")
+    back_live = [c.gate(f"backlive{j}", 2, 0, [lib.and_unit([(went_back[j], 1), (live[j], 1)], lib.SET)])
+                 for j in range(L)]
+    stays = c.gate("turn.stays", 2, 0, [lib.and_unit([(first[i], 1), (is_bar, 0)] + [(g, 0) for g in back_live],
+                                                     lib.SET) for i in range(L)])     # one first lane at most
+    # the warp status table, one row per warp, written by each of its EXECs (the last of a step leaves the
+    # next step's first EXEC): done, barrier parity it waits for (this EXEC's parity, flipped by a BAR block),
+    # and the block and lane its next step starts at
+    done_new = c.gate("done.new", 2, 0, [lib.and_unit([(is_exec, 1)] + [(first[i], 0) for i in range(L)], lib.SET)])
+    bar_new = c.gate("bar.new", 2, 0, [lib.and_unit([(cur_p, 0), (is_bar, 1)], lib.SET),
+                                       lib.and_unit([(cur_p, 1), (is_bar, 0)], lib.SET)])
+    nb_new = c.gate("nb.new", B, 0, [lib.and_unit([(first[i], 1), (pcs[i], v)], ((v, 1), (0, -1)))
+                                     for i in range(L) for v in range(1, B)])
+    nl_new = c.gate("nl.new", L, 0, [lib.and_unit([(first[i], 1)], ((i, 1), (0, -1))) for i in range(1, L)])
+    ws_waddr = c.gate("warps.w", NW + 2, NW, [lib.and_unit([(is_init, 1)], ((NW + 1, 1), (NW, -1)))]
+                      + [lib.and_unit([(is_exec, 1), (fault, 0), (cur_w, w)], ((w, 1), (NW, -1))) for w in range(NW)])
+    status = c.access(c.memory("warps", NW, (2, 2, B, L)), ws_waddr, [done_new, bar_new, nb_new, nl_new],
+                      [_const_row(NW, v) for v in range(NW)])
+    exists = [decode_view(cur_n, 2, lambda e, v=v: int(v * L < e), f"n>{v * L}") for v in range(NW)]
+    waiting = [c.gate(f"waiting{v}", 2, 0, [lib.and_unit([(exists[v], 1), (status[v][0], 0)], lib.SET)])
+               for v in range(NW)]
+    ready = [c.gate(f"ready{v}", 2, 0, [lib.and_unit([(waiting[v], 1), (status[v][1], p), (cur_p, p)], lib.SET)
+                                        for p in (0, 1)]) for v in range(NW)]
+
+    def first_after(cond: list[Group], extra: list) -> list:
+        """Units: warp v = the first after the current one (round robin, the current last) with cond[v]."""
+        units = []
+        for w in range(NW):
+            for k in range(1, NW + 1):
+                v = (w + k) % NW
+                units.append(lib.and_unit(extra + [(cur_w, w), (cond[v], 1)]
+                                          + [(cond[(w + x) % NW], 0) for x in range(1, k)], ((v, 1), (NW, -1))))
+        return units
+    none_ready = [(ready[v], 0) for v in range(NW)]
+    # the next warp: the current one while its turn goes on; else the next ready one; else, when every
+    # waiting warp is at the barrier, the barrier opens (the parity flips) and the next waiting one runs
+    chosen = c.gate("warp.next", NW + 1, NW,
+                    [lib.and_unit([(stays, 1), (cur_w, w)], ((w, 1), (NW, -1))) for w in range(NW)]
+                    + first_after(ready, [(stays, 0)]) + first_after(waiting, [(stays, 0)] + none_ready))
+    opens = c.gate("bar.opens", 2, 0, [lib.and_unit([(stays, 0), (waiting[v], 1)] + none_ready
+                                                    + [(waiting[u], 0) for u in range(v)], lib.SET) for v in range(NW)])
     dec_kind = c.gate("dec.kind", 2, 0, [lib.and_unit([(continues, 1)], lib.SET)]
-                      + [lib.and_unit([(continues, 0), (first[i], 1)], lib.SET) for i in range(L)])   # 1 = exec
-    dec_b = c.gate("dec.b", B, 0, [lib.and_unit([(continues, 1), (cur_b, v)], ((v, 1), (0, -1)))
-                                   for v in range(1, B)]
-                   + [lib.and_unit([(continues, 0), (first[i], 1), (pcs[i], v)], ((v, 1), (0, -1)))
-                      for i in range(L) for v in range(1, B)])
+                      + [lib.and_unit([(continues, 0), (chosen, v)], lib.SET) for v in range(NW)])   # 1 = exec
+    dec_b = c.gate("dec.b", B, 0, [lib.and_unit([(continues, 1), (cur_b, b)], ((b, 1), (0, -1))) for b in range(1, B)]
+                   + [lib.and_unit([(continues, 0), (chosen, v), (status[v][2], b)], ((b, 1), (0, -1)))
+                      for v in range(NW) for b in range(1, B)])
     dec_l = c.gate("dec.l", L, 0, [lib.and_unit([(continues, 1), (next_in_step, j)], ((j, 1), (0, -1)))
                                    for j in range(1, L)]
-                   + [lib.and_unit([(continues, 0), (first[j], 1)], ((j, 1), (0, -1))) for j in range(1, L)])
-    nxt_kind, nxt_b, nxt_l = c.access(c.memory("next", 1, (2, B, L)), _row0_when(kind, "exec", "go", "init"),
-                                      [dec_kind, dec_b, dec_l], [_const_row(1, 0)])[0]
+                   + [lib.and_unit([(continues, 0), (chosen, v), (status[v][3], j)], ((j, 1), (0, -1)))
+                      for v in range(NW) for j in range(1, L)])
+    dec_w = c.gate("dec.w", NW, 0, [lib.and_unit([(continues, 1), (cur_w, v)], ((v, 1), (0, -1))) for v in range(1, NW)]
+                   + [lib.and_unit([(continues, 0), (chosen, v)], ((v, 1), (0, -1))) for v in range(1, NW)])
+    dec_p = c.gate("dec.p", 2, 0, [lib.and_unit([(continues, 1), (cur_p, 1)], lib.SET),
+                                   lib.and_unit([(continues, 0), (cur_p, 1), (opens, 0)], lib.SET),
+                                   lib.and_unit([(continues, 0), (cur_p, 0), (opens, 1)], lib.SET)])
+    nxt_kind, nxt_b, nxt_l, nxt_w, nxt_p = c.access(
+        c.memory("next", 1, (2, B, L, NW, 2)), _row0_when(kind, "exec", "init"),
+        [dec_kind, dec_b, dec_l, dec_w, dec_p], [_const_row(1, 0)])[0]
 
     # ---- outbox and write-back pointer --------------------------------------------------------------
     ptr_value = c.gate("ptr.v", W + 1, 0, [lib.and_unit([(ends, 1), (x_e, e)], ((e + 1, 1), (0, -1))) for e in range(W)])
@@ -312,16 +380,21 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
         lib.and_unit([(starts, 1), (fits, 1)], to("w1")),
         lib.and_unit([k["exec"], (after, 1), (dec_kind, 1)], to("exec")),
         lib.and_unit([k["exec"], (fault, 1)], to("fault")),
-        lib.and_unit([k["go"], (dec_kind, 1)], to("exec")),
+        lib.and_unit([k["go"]], to("exec")),       # the first EXEC: block 0, lane 0, warp 0, parity 0
         lib.and_unit([k["wa"]], to("wb")),
         lib.and_unit([k["wb"]], to("w3")),
         lib.and_unit([(ends, 1), (after, 1), (nxt_kind, 1)], to("exec"))])
-    b_out = c.gate("out.b", B, 0, [lib.and_unit([k["exec"], (after, 1), (dec_b, v)], ((v, 1), (0, -1))) for v in range(1, B)]
-                   + [lib.and_unit([k["go"], (dec_b, v)], ((v, 1), (0, -1))) for v in range(1, B)]
-                   + [lib.and_unit([(ends, 1), (after, 1), (nxt_b, v)], ((v, 1), (0, -1))) for v in range(1, B)])
-    l_out = c.gate("out.l", L, 0, [lib.and_unit([k["exec"], (after, 1), (dec_l, v)], ((v, 1), (0, -1))) for v in range(1, L)]
-                   + [lib.and_unit([k["go"], (dec_l, v)], ((v, 1), (0, -1))) for v in range(1, L)]
-                   + [lib.and_unit([(ends, 1), (after, 1), (nxt_l, v)], ((v, 1), (0, -1))) for v in range(1, L)])
+
+    def exec_field(name: str, size: int, decided: Group, kept: Group) -> Group:
+        """A field of the next EXEC: decided on the EXEC token that ends the lane's tokens, else kept in `next`;
+        0 unless the next token is an EXEC (the code of any other token has 0 there)."""
+        return c.gate(f"out.{name}", size, 0,
+                      [lib.and_unit([k["exec"], (after, 1), (dec_kind, 1), (decided, v)], ((v, 1), (0, -1)))
+                       for v in range(1, size)]
+                      + [lib.and_unit([(ends, 1), (after, 1), (nxt_kind, 1), (kept, v)], ((v, 1), (0, -1)))
+                         for v in range(1, size)])
+    b_out, l_out = exec_field("b", B, dec_b, nxt_b), exec_field("l", L, dec_l, nxt_l)
+    w_out, p_out = exec_field("w", NW, dec_w, nxt_w), exec_field("p", 2, dec_p, nxt_p)
     e_out = c.gate("out.e", W, 0, [lib.and_unit([k["wb"], (ptr, e)], ((e, 1), (0, -1))) for e in range(1, W)]
                    + [lib.and_unit([(starts, 1), (fits, 1), (estar, e)], ((e, 1), (0, -1))) for e in range(1, W)])
     pay_out = []
@@ -331,14 +404,14 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
         if 2 * PAY_BITS + i < 32:
             units.append(lib.and_unit([k["wb"], (value[2 * PAY_BITS + i], 1)], lib.SET))
         pay_out.append(c.gate(f"out.pay[{i}]", 2, 0, units))
-    outs = {"kind": kind_out, "b": b_out, "l": l_out, "e": e_out, "pay": pay_out}
-    pairs = [(kind_out, code_in["kind"]), (b_out, code_in["b"]), (l_out, code_in["l"]), (e_out, code_in["e"])]
+    outs = {"kind": kind_out, "b": b_out, "l": l_out, "w": w_out, "p": p_out, "e": e_out, "pay": pay_out}
+    pairs = [(outs[n], code_in[n]) for n in ("kind", "b", "l", "w", "p", "e")]
     pairs += list(zip(pay_out, code_in["pay"]))
     for g, _ in pairs:
         c.output(g)
     inputs = {"kind": kind, "pay": pay, **{f"{r}_pay": g for r, g in wpay.items()}, "x_b": x_b, "x_l": x_l, "x_e": x_e, "x_rom": x_rom,
-              "x_mem": x_mem, "x_n": x_n}
-    probes = {"cur_b": cur_b, "cur_l": cur_l, "results": out.results, "loaded": loaded, "address": addr,
+              "x_mem": x_mem, "x_n": x_n, "x_w": x_w, "x_p": x_p}
+    probes = {"cur_b": cur_b, "cur_l": cur_l, "cur_w": cur_w, "cur_p": cur_p, "status": status, "results": out.results, "loaded": loaded, "address": addr,
               "cond": out.cond, "fault": fault, "pcs": pcs, "exited": exited, "outs": outs}
     return GpuCircuit(spec, c, inputs, code_in, OutputCode(pairs), data_mem, rom_mems, probes)
 

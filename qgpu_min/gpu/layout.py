@@ -6,10 +6,11 @@ from dataclasses import dataclass, field
 
 from .datapath import CoreFormat
 
-# Token kinds. Prompt: init (the first token: initialises every memory), pay (12 payload bits),
+# Token kinds. Prompt: init w (the first tokens, one per warp, last warp first: each initialises every
+# memory, and warp w's rows of the register file), pay (12 payload bits),
 # rom / mem (write the word assembled from the three preceding pay tokens into a ROM row / a memory
 # word), launch (the launch shape), go (end of the prompt: the model answers with the first EXEC).
-# Generated: exec (run a block for one lane), wa / wb / w3 (a register write-back: bits 0-11, 12-23,
+# Generated: exec (run a block for one lane of one warp; it carries the barrier parity), wa / wb / w3 (a register write-back: bits 0-11, 12-23,
 # 24-31; the w3 token writes the register), w1 (a whole write-back of a value in [-128, 128)), halt,
 # fault (a memory access outside memory or misaligned).
 KINDS = ("init", "pay", "rom", "mem", "launch", "go", "exec", "wa", "wb", "w3", "w1", "halt", "fault")
@@ -30,7 +31,13 @@ class GpuSpec:
     blocks: int = 32          # ROM blocks
     mem_words: int = 128      # data memory words
     lanes: int = 4
+    warps: int = 4            # per CTA (a power of 4: the register file's per-warp init keys 4^k rows)
     regs: int = 16            # per lane, r15 reads zero
+
+    @property
+    def threads(self) -> int:
+        """Threads of a CTA at most."""
+        return self.warps * self.lanes
 
     @property
     def wb_entries(self) -> int:

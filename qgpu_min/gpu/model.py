@@ -55,11 +55,11 @@ def compile_gpu(spec: GpuSpec = GpuSpec(), shape: BaseShape = BaseShape()) -> Co
 
 
 class TooManyTokens(GpuLaunchError):
-    """The model kept generating past the token limit; block and lane of its last EXEC."""
+    """The model kept generating past the token limit; block, lane and warp of its last EXEC."""
 
-    def __init__(self, message: str, block: int, lane: int) -> None:
+    def __init__(self, message: str, block: int, lane: int, warp: int) -> None:
         super().__init__(message)
-        self.block, self.lane = block, lane
+        self.block, self.lane, self.warp = block, lane, warp
 
 
 @dataclass
@@ -90,8 +90,9 @@ def run_launch(cg: CompiledGpu, prompt: list[Token], mode: str = "fp32", max_gen
                                  f"not allow during a launch (tokens so far: "
                                  f"{' '.join(token_name(x) for x in generated[-8:])})")
         if len(generated) >= max_generated:
-            last = next((x for x in reversed(generated) if x[0] == "exec"), ("exec", 0, 0))
-            raise TooManyTokens(f"the launch did not halt within {max_generated} generated tokens", last[1], last[2])
+            last = next((x for x in reversed(generated) if x[0] == "exec"), ("exec", 0, 0, 0, 0))
+            raise TooManyTokens(f"the launch did not halt within {max_generated} generated tokens", last[1], last[2],
+                                last[3])
         logits = model.decode(state, vocab.id(t))
     rows = memory_rows(cg.plan, cg.data_op, state.recurrent)
     words = [int(sum(int(b) << i for i, b in enumerate(r))) for r in rows]

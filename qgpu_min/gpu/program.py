@@ -75,9 +75,9 @@ def _word_tokens(word: int) -> list[Token]:
 
 
 def prompt(program: Program, memory: list[int], threads: int, spec: GpuSpec) -> list[Token]:
-    """init, the ROM (nonzero words only: init clears every row), the memory image (nonzero words
-    within the GPU's memory), the launch shape, go."""
-    toks: list[Token] = [("init",)]
+    """init (one per warp, the last warp first), the ROM (nonzero words only: init clears every row), the
+    memory image (nonzero words within the GPU's memory), the launch shape, go."""
+    toks: list[Token] = [("init", w) for w in reversed(range(spec.warps))]
     for m, (name, words) in enumerate(rom_image(program, spec).items()):
         for b, w in enumerate(words):
             if w:
@@ -87,8 +87,9 @@ def prompt(program: Program, memory: list[int], threads: int, spec: GpuSpec) -> 
             toks += _word_tokens(w) + [("mem", a)]
         elif w:
             raise CapacityError(f"memory word {a} is in use; the GPU has {spec.mem_words} words")
-    if not 1 <= threads <= spec.lanes:
-        raise CapacityError(f"the GPU runs one warp of 1..{spec.lanes} threads, the launch has {threads}")
+    if not 1 <= threads <= spec.threads:
+        raise CapacityError(f"the GPU runs a CTA of 1..{spec.threads} threads ({spec.warps} warps of {spec.lanes}), "
+                            f"the launch has {threads}")
     return toks + [("launch", threads), ("go",)]
 
 

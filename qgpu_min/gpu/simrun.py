@@ -17,7 +17,7 @@ def _step(vocab: Vocab, t: Token, state: dict | None) -> tuple[dict, dict]:
 
 def _next_token(vocab: Vocab, values: dict) -> Token:
     outs = vocab.gc.probes["outs"]
-    code = {k: int(group_value(values, outs[k], 1)[0]) for k in ("kind", "b", "l", "e")}
+    code = {k: int(group_value(values, outs[k], 1)[0]) for k in ("kind", "b", "l", "w", "p", "e")}
     code["pay"] = [int(group_value(values, g, 1)[0]) for g in outs["pay"]]
     return vocab.of_code(code)
 

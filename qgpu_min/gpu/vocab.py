@@ -1,7 +1,7 @@
 """The GPU's token vocabulary: every token, its embedding fields, its output code, and its name.
 
-A token is a tuple: ("init",), ("pay", v), ("rom", m, b), ("mem", a), ("launch", n), ("go",),
-("exec", b, l), ("wa", v), ("wb", v), ("w3", e, v), ("w1", e, v), ("halt",), ("fault",). Its embedding sets every
+A token is a tuple: ("init", w), ("pay", v), ("rom", m, b), ("mem", a), ("launch", n), ("go",),
+("exec", b, l, w, p) (block, lane, warp, barrier parity), ("wa", v), ("wb", v), ("w3", e, v), ("w1", e, v), ("halt",), ("fault",). Its embedding sets every
 input group of the circuit (core.build): the fields it carries, defaults elsewhere; its code groups say
 which token it is, so the circuit's output code picks it by argmax.
 """
@@ -19,13 +19,14 @@ Token = tuple
 
 def all_tokens(spec: GpuSpec) -> list[Token]:
     n_rom = len(rom_rows(spec))
-    toks: list[Token] = [("init",)]
+    toks: list[Token] = [("init", w) for w in range(spec.warps)]
     toks += [("pay", v) for v in range(1 << PAY_BITS)]
     toks += [("rom", m, b) for m in range(n_rom) for b in range(spec.blocks)]
     toks += [("mem", a) for a in range(spec.mem_words)]
-    toks += [("launch", n) for n in range(1, spec.lanes + 1)]
+    toks += [("launch", n) for n in range(1, spec.threads + 1)]
     toks += [("go",)]
-    toks += [("exec", b, l) for b in range(spec.blocks) for l in range(spec.lanes)]
+    toks += [("exec", b, l, w, p) for b in range(spec.blocks) for w in range(spec.warps) for l in range(spec.lanes)
+             for p in (0, 1)]
     toks += [("wa", v) for v in range(1 << PAY_BITS)] + [("wb", v) for v in range(1 << PAY_BITS)]
     toks += [("w3", e, v) for e in range(spec.wb_entries) for v in range(256)]
     toks += [("w1", e, v) for e in range(spec.wb_entries) for v in range(1 << SMALL_BITS)]
@@ -36,7 +37,7 @@ def all_tokens(spec: GpuSpec) -> list[Token]:
 def token_name(t: Token) -> str:
     kind = t[0]
     if kind == "exec":
-        return f"EXEC b={t[1]} l={t[2]}"
+        return f"EXEC b={t[1]} w={t[3]} l={t[2]} p={t[4]}"
     if kind in ("w3", "w1"):
         return f"{kind.upper()} e={t[1]} v={t[2]}"
     if kind == "rom":
@@ -71,12 +72,14 @@ class Vocab:
         n_rom = len(rom_rows(spec))
         kind = t[0]
         f = {inp["kind"]: KINDS.index(kind), inp["x_b"]: 0, inp["x_l"]: 0, inp["x_e"]: 0,
-             inp["x_rom"]: n_rom * spec.blocks, inp["x_mem"]: spec.mem_words, inp["x_n"]: 0,
-             code["kind"]: KINDS.index(kind), code["b"]: 0, code["l"]: 0, code["e"]: 0}
+             inp["x_rom"]: n_rom * spec.blocks, inp["x_mem"]: spec.mem_words, inp["x_n"]: 0, inp["x_w"]: 0,
+             inp["x_p"]: 0, code["kind"]: KINDS.index(kind), code["b"]: 0, code["l"]: 0, code["w"]: 0, code["p"]: 0,
+             code["e"]: 0}
         pay, cpay = [ABSENT] * PAY_BITS, [0] * PAY_BITS
         wpay = {r: [ABSENT] * n for r, n in WB_PAYLOADS.items()}
         if kind == "init":
             f[inp["x_rom"]] = n_rom * spec.blocks + 1
+            f[inp["x_w"]] = t[1]
         elif kind == "pay":
             pay = _bits(t[1])
         elif kind == "rom":
@@ -88,6 +91,8 @@ class Vocab:
         elif kind == "exec":
             f[inp["x_b"]] = f[code["b"]] = t[1]
             f[inp["x_l"]] = f[code["l"]] = t[2]
+            f[inp["x_w"]] = f[code["w"]] = t[3]
+            f[inp["x_p"]] = f[code["p"]] = t[4]
         elif kind in ("wa", "wb"):
             wpay[kind] = cpay = _bits(t[1])
         elif kind in ("w3", "w1"):
@@ -111,8 +116,13 @@ class Vocab:
         """The token whose code is `code` ({'kind', 'b', 'l', 'e', 'pay' (list)} element values)."""
         kind = KINDS[code["kind"]]
         v = sum(b << i for i, b in enumerate(code["pay"]))
-        t = {"exec": ("exec", code["b"], code["l"]), "wa": ("wa", v), "wb": ("wb", v),
+        t = {"exec": ("exec", code["b"], code["l"], code["w"], code["p"]), "wa": ("wa", v), "wb": ("wb", v),
              "w3": ("w3", code["e"], v), "w1": ("w1", code["e"], v)}.get(kind, (kind,))
         if t not in self.ids:
             raise ValueError(f"the circuit produced code {code}, which names no token")
+        own = self.fields(t)
+        codes = self.gc.codes
+        if any(own[codes[n]] != code[n] for n in ("kind", "b", "l", "w", "p", "e")) or \
+                [own[g] for g in codes["pay"]] != list(code["pay"]):
+            raise ValueError(f"the circuit produced code {code}, which is not exactly the code of {token_name(t)}")
         return t
