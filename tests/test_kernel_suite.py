@@ -33,16 +33,16 @@ def _seed(case: Case, shape: Shape) -> int:
     return zlib.crc32(f"{case.id}/{shape}".encode())
 
 
-def run_case(case: Case, compiler: str, shape: Shape, kernel: CompiledKernel | None = None) -> None:
+def run_case(case: Case, compiler: str, shape: Shape, kernel: CompiledKernel | None = None, **options) -> None:
     """Launch the case's kernel (``kernel``: another lowering of it, e.g. to a narrower block format) and
-    compare every pointer parameter with the NumPy reference."""
+    compare every pointer parameter with the NumPy reference. ``options`` go to launch (backend, check...)."""
     skip_if_missing(compiler)
     args = case.make(np.random.default_rng(_seed(case, shape)), shape)
     kernel = kernel if kernel is not None else _compiled(case, compiler)
     kinds = ["ptr" if isinstance(a, np.ndarray) else "scalar" for a in args]
     assert [p.kind for p in kernel.params] == kinds, "the suite's arguments do not match the kernel's parameters"
     result = launch(kernel, [a.copy() if isinstance(a, np.ndarray) else a for a in args],
-                    grid=shape.grid, block=shape.block)
+                    grid=shape.grid, block=shape.block, **options)
     expected = case.expect([a.copy() if isinstance(a, np.ndarray) else a for a in args], shape)
     for index, param in enumerate(kernel.params):
         if param.kind != "ptr":

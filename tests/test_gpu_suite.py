@@ -1,0 +1,60 @@
+"""The kernel suite on the GPU in the weights (--backend circuit --check), against each case's NumPy
+reference, and token by token, register by register and word by word against the interpreter (check).
+
+A launch the GPU refuses before starting (over one of its limits: more than one CTA, more than 16
+threads, a 2-D block, more than 32 blocks or 128 memory words, an op it lacks) is skipped with the
+refusal as the reason: it does not fit. Anything else that goes wrong fails.
+
+Default run: a representative set (loops, divergence, barriers across warps, shared memory, atomics,
+several warps) in fp32, one in bf16. `-m slow`: every case at every launch shape that fits, fp32 and bf16.
+"""
+from __future__ import annotations
+
+import pytest
+
+from kernel_suite import CASES, Case, Shape
+from qgpu_min.gpu.program import GpuLaunchError
+from qgpu_min.machine.isa import CapacityError
+from test_kernel_suite import run_case
+
+GPU_THREADS = 16
+
+
+def _fits_shape(shape: Shape) -> bool:
+    return shape.grid == (1, 1) and shape.block[1] == 1 and shape.block[0] <= GPU_THREADS
+
+
+def run_on_gpu(case: Case, shape: Shape, mode: str) -> None:
+    try:
+        run_case(case, "zig", shape, backend="circuit", mode=mode, check=True)
+    except (CapacityError, GpuLaunchError) as e:
+        pytest.skip(f"does not fit the GPU in the weights: {e}")
+
+
+REPRESENTATIVE = ("vec_add", "collatz", "histogram_shared", "branch_chain", "atomic_minmax", "gcd-gcd_kernel",
+                  "search_break")
+_BY_ID = {c.id: c for c in CASES}
+
+
+def _largest_fitting(case: Case) -> Shape:
+    return max((s for s in case.shapes if _fits_shape(s)), key=lambda s: s.bsize)
+
+
+@pytest.mark.parametrize("name", REPRESENTATIVE)
+def test_representative_kernels_exact_on_the_gpu(name: str) -> None:
+    case = _BY_ID[name]
+    run_on_gpu(case, _largest_fitting(case), "fp32")
+
+
+@pytest.mark.parametrize("name, threads, mode", [("block_reverse", 13, "fp32"), ("reduce_sum", 13, "bf16")])
+def test_suite_kernels_on_several_warps(name: str, threads: int, mode: str) -> None:
+    """The suite runs these at 32 threads or on several CTAs; here one CTA of 4 warps (the last partial)."""
+    run_on_gpu(_BY_ID[name], Shape((1, 1), (threads, 1)), mode)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["fp32", "bf16"])
+@pytest.mark.parametrize("case, shape", [pytest.param(c, s, id=f"{c.id}-{s}") for c in CASES for s in c.shapes
+                                         if _fits_shape(s)])
+def test_every_fitting_suite_launch_exact_on_the_gpu(case: Case, shape: Shape, mode: str) -> None:
+    run_on_gpu(case, shape, mode)
