@@ -31,7 +31,7 @@ def run_on_gpu(case: Case, shape: Shape, mode: str) -> None:
         pytest.skip(f"does not fit the GPU in the weights: {e}")
 
 
-REPRESENTATIVE = ("vec_add", "collatz", "histogram_shared", "branch_chain", "atomic_minmax", "gcd-gcd_kernel",
+REPRESENTATIVE = ("vec_add", "collatz", "histogram_shared", "branch_chain", "atomic_minmax",
                   "search_break")
 _BY_ID = {c.id: c for c in CASES}
 

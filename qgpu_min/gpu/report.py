@@ -130,7 +130,7 @@ def format_report(r: GpuReport, layer_map: bool = True) -> str:
     lines = [
         f"GPU in the weights: {len(r.layers)} layers, peak {r.peak_dims} of {r.shape.hidden} residual dims, "
         f"{r.total_units} MLP units ({r.total_gate_units} in gates), {sum(li.heads for li in r.layers)} heads",
-        f"spec: {s.lanes} lanes, {s.regs} registers per lane, {s.blocks} ROM blocks x {len(r.rom_rows)} rows, "
+        f"spec: {s.warps} warps x {s.lanes} lanes, {s.regs} registers per lane, {s.blocks} ROM blocks x {len(r.rom_rows)} rows, "
         f"{s.mem_words} memory words, {s.fmt.pre} pre + {s.fmt.post} post ALU slots, {s.fmt.reads} read ports",
         f"vocabulary: {r.vocab} tokens (" + ", ".join(f"{k} {n}" for k, n in r.vocab_by_kind.items()) + ")",
         f"units per layer: {[li.units for li in r.layers]}",
