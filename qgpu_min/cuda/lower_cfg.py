@@ -89,12 +89,7 @@ def thread_jumps(blocks: dict[str, BB]) -> dict[str, BB]:
         b.term.f = final(b.term.f) if b.term.f else b.term.f
         if b.term.op == "BR" and b.term.t == b.term.f:
             b.term = V("JMP", t=b.term.t, line=b.term.line)
-    reach, stack = set(), [entry]
-    while stack:
-        x = stack.pop()
-        if x not in reach:
-            reach.add(x)
-            stack.extend(blocks[x].succs())
+    reach = reachable(blocks, entry)
     blocks = {k: b for k, b in blocks.items() if k in reach}
     # merge a block into its only predecessor when that predecessor just jumps to it
     npred: dict[str, int] = {k: 0 for k in blocks}
@@ -123,12 +118,7 @@ def exit_directly(blocks: dict[str, BB]) -> int:
             n += 1
     if n:
         entry = next(iter(blocks))
-        reach, stack = set(), [entry]
-        while stack:
-            x = stack.pop()
-            if x not in reach:
-                reach.add(x)
-                stack.extend(blocks[x].succs())
+        reach = reachable(blocks, entry)
         for k in [k for k in blocks if k not in reach]:
             del blocks[k]
     return n
@@ -164,14 +154,10 @@ def dominators(blocks: dict[str, BB], entry: str) -> dict[str, set[str]]:
     return _dominators(blocks, entry, predecessors(blocks))
 
 
-def layout(blocks: dict[str, BB]) -> list[str]:
-    """Block order: loops contiguous (header first), acyclic parts topologically sorted."""
-    entry = next(iter(blocks))
-    preds: dict[str, list[str]] = {n: [] for n in blocks}
-    for n, b in blocks.items():
-        for s in b.succs():
-            preds[s].append(n)
-    dom = _dominators(blocks, entry, preds)
+def natural_loops(blocks: dict[str, BB], dom: dict[str, set[str]],
+                  preds: dict[str, list[str]] | None = None) -> dict[str, set[str]]:
+    """Natural loops: header -> the blocks of its loop (all back edges to it together)."""
+    preds = predecessors(blocks) if preds is None else preds
     loops: dict[str, set[str]] = {}
     for n, b in blocks.items():
         for s in b.succs():
@@ -183,6 +169,25 @@ def layout(blocks: dict[str, BB]) -> list[str]:
                     if x not in body:
                         body.add(x)
                         stack.extend(preds[x])
+    return loops
+
+
+def reachable(blocks: dict[str, BB], entry: str) -> set[str]:
+    """The blocks reachable from entry."""
+    reach, stack = set(), [entry]
+    while stack:
+        x = stack.pop()
+        if x not in reach:
+            reach.add(x)
+            stack.extend(blocks[x].succs())
+    return reach
+
+
+def layout(blocks: dict[str, BB]) -> list[str]:
+    """Block order: loops contiguous (header first), acyclic parts topologically sorted."""
+    entry = next(iter(blocks))
+    preds = predecessors(blocks)
+    loops = natural_loops(blocks, _dominators(blocks, entry, preds), preds)
 
     def order(nodes: set[str], head: str) -> list[str]:
         inner = {h: body for h, body in loops.items() if h != head and h in nodes}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .lower_cfg import BB, dominators
+from .lower_cfg import BB, dominators, natural_loops
 from .lower_ir import RZ, V
 
 
@@ -140,26 +140,6 @@ def drop_known_constants(blocks: dict[str, BB], order: list[str], colour: dict[s
     return before - sum(len(blocks[n].ops) for n in order)
 
 
-def _loops(blocks: dict[str, BB], dom: dict[str, set[str]]) -> dict[str, set[str]]:
-    """Natural loops: header -> the blocks of its loop (all back edges to it together)."""
-    preds: dict[str, list[str]] = {n: [] for n in blocks}
-    for n, b in blocks.items():
-        for s in b.succs():
-            preds[s].append(n)
-    loops: dict[str, set[str]] = {}
-    for n, b in blocks.items():
-        for h in b.succs():
-            if h in dom[n]:
-                body = loops.setdefault(h, {h})
-                stack = [n]
-                while stack:
-                    x = stack.pop()
-                    if x not in body:
-                        body.add(x)
-                        stack.extend(preds[x])
-    return loops
-
-
 def fold_derived_ivs(blocks: dict[str, BB]) -> int:
     """Undo strength reduction where it costs write-backs: a loop counter ``x`` that is always
     ``(b << k) [+ c]`` for another counter ``b`` (LLVM's `off = 4*i` or pointer `a + 4*i` beside `i`)
@@ -178,7 +158,7 @@ def fold_derived_ivs(blocks: dict[str, BB]) -> int:
     entry = next(iter(blocks))
     dom = dominators(blocks, entry)
     folded = 0
-    for h, body in _loops(blocks, dom).items():
+    for h, body in natural_loops(blocks, dom).items():
         defs: dict[str, list[tuple[str, int, V]]] = {}
         uses: dict[str, list[tuple[str, V]]] = {}
         for name, b in blocks.items():
