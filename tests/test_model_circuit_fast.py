@@ -58,8 +58,10 @@ def _bits(a):
 def test_fast_decode_equals_plain_forward_bit_for_bit(gpu, launch_ids, mode, monkeypatch):
     prompt, fed = launch_ids
     model = copy.copy(gpu.model(mode))  # its own attributes: the plain run below switches them off
-    # 25 of the 38 layers hold no memory: their DeltaNet weights are exactly zero, found from the weights
-    assert len(model.silent_mixers) == 25 and len(model._mlp_steps) == len(model._gdn_steps) == 38
+    # the layers that hold no memory (no heads in the compiled plan) are the ones found silent from the weights
+    memory_free = {i for i, layer in enumerate(gpu.layers) if layer.heads == 0}
+    assert set(model.silent_mixers) == memory_free and len(memory_free) >= 20
+    assert len(model._mlp_steps) == len(model._gdn_steps) == len(gpu.layers)
     fast, fast_state = _run(model, prompt, fed)
     assert model.chunked_head() is not None  # the tied LM head is multiplied chunk-sparse
     model.silent_mixers = frozenset()
