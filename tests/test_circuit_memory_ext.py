@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from qgpu_min.circuit import sim
-from qgpu_min.circuit.compile import A_KEY, L_VALUE, Z_GATE, BaseShape, banks, emit, mem_heads, plan
+from qgpu_min.circuit.compile import (A_KEY, A_LOG, A_LOG_RESET, L_VALUE, Z_GATE, BaseShape, banks, emit,
+                                      mem_heads, plan)
 from qgpu_min.circuit.ir import MAX_ROWS, ROW_ACTIVE, Circuit, CircuitError, Group, MemOp, bit_not
 from qgpu_min.circuit.run import circuit_model, embedding_rows, read_groups
 from qgpu_min.circuit.sim import group_value, new_state, simulate, word_inputs
@@ -302,3 +303,84 @@ def test_taps_must_fit_the_conv_kernel():
     c, io, op = _word_over_three_tokens(4)
     with pytest.raises(CircuitError, match="conv kernel of 2"):
         plan(c, BaseShape(conv_kernel=2))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reset: a bit that empties a memory (the heads' decay), after which an all-rows write initialises it again
+
+
+def _resettable_ram(rows: int) -> tuple[Circuit, Group, Group, list[Group], Group, MemOp]:
+    c = Circuit("reset")
+    wa = c.input("waddr", rows + 2)
+    wv = c.input_word("wval")
+    ra = c.input("raddr", rows)
+    reset = c.input("reset", 2)
+    (out,) = c.access(c.memory("ram", rows, (2,) * 32), wa, wv, [ra], reset=reset)
+    for g in out:
+        c.output(g)
+    return c, wa, wv, ra, reset, c.ops[-1]
+
+
+def test_all_rows_write_over_written_rows_is_refused_without_a_reset():
+    """What the model does exactly: an all-rows write on empty rows, or a repeat of the same one."""
+    c, wa, wv, ra, reset, op = _resettable_ram(20)
+
+    def token(a: int, v: int, r: int, rs: int = 0, state=None):
+        return simulate(c, {wa: np.array([a]), ra: np.array([r]), reset: np.array([rs]),
+                            **word_inputs(wv, np.array([v]))}, state)[1]
+    state = token(21, 5, 0)
+    state = token(21, 5, 3, state=state)            # the same all-rows write again: a no-op, allowed
+    state = token(7, 9, 7, state=state)
+    with pytest.raises(CircuitError, match="writes 20 rows at once over rows that are not empty"):
+        token(21, 6, 0, state=state)
+    with pytest.raises(CircuitError, match="writes 20 rows at once over rows that are not empty"):
+        token(21, 5, 0, state=state)                # row 7 no longer holds the all-rows value
+    state = token(21, 6, 7, rs=1, state=state)      # reset first: allowed
+    with pytest.raises(CircuitError, match="reads row 3, never written"):
+        token(20, 0, 3, rs=1, state=state)          # a reset alone leaves every row empty
+
+
+@pytest.mark.parametrize("rows", [40, 300])
+def test_reset_then_all_rows_write_exact_through_forward_pass(rows):
+    """Random single-row writes, resets with an all-rows write, reads of written rows: the compiled heads
+    (every bank decays to exactly 0 on a reset token, exactly 1 elsewhere) == IR == a dict, fp32 and bf16."""
+    c, wa, wv, ra, reset, op = _resettable_ram(rows)
+    rng = np.random.default_rng(rows)
+    tokens = 48
+    RS = (rng.random(tokens) < 0.15).astype(np.int64)
+    RS[0] = 1
+    WA = np.where(RS == 1, rows + 1, np.where(rng.random(tokens) < 0.7, rng.integers(0, rows, tokens), rows))
+    WV = rng.integers(0, 2**32, tokens)
+    ram, R = {}, np.zeros(tokens, np.int64)
+    for t in range(tokens):
+        if RS[t]:
+            ram = dict.fromkeys(range(rows), int(WV[t]))
+        elif WA[t] < rows:
+            ram[int(WA[t])] = int(WV[t])
+        R[t] = rng.choice(sorted(ram))
+    want = np.array([ram_value for ram_value in _reset_reference(WA, WV, RS, R, rows)])
+    inp = {wa: WA, ra: R, reset: RS, **word_inputs(wv, WV)}
+    assert (_sim_words(c, inp, op.outputs)[:, 0] == want).all()
+    for mode in MODES:
+        got = _compiled_words(c, inp, op.outputs, mode)[:, 0]
+        bad = np.nonzero(got != want)[0]
+        assert not bad.size, f"{mode}: token {bad[0]}: {got[bad[0]]} != {want[bad[0]]}"
+
+
+def _reset_reference(WA, WV, RS, R, rows: int) -> list[int]:
+    """Row R[t] after token t: the latest single write to it or the latest reset's all-rows write."""
+    out = []
+    for t in range(len(WA)):
+        s = next(s for s in range(t, -1, -1) if RS[s] or WA[s] == R[t])
+        out.append(int(WV[s]))
+    return out
+
+
+def test_reset_heads_get_the_decay_weights():
+    c, wa, wv, ra, reset, op = _resettable_ram(300)
+    p = plan(c)
+    lw = emit(p)[0]
+    n = mem_heads(op)
+    rows_, cols, vals = lw.mats["a"].summed()
+    assert sorted(rows_) == list(range(n)) and set(cols) == {p.dims[id(reset)][1]}
+    assert (lw.vecs["A_log"][:n] == A_LOG_RESET).all() and (lw.vecs["A_log"][n:] == A_LOG).all()

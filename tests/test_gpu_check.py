@@ -152,6 +152,34 @@ def _writebacks(expected: list) -> list:
     return out
 
 
+# two warps meet at one barrier per CTA, so each CTA ends at parity 1
+BARRIER = r"""
+__global__ void swap(int* a) {
+  __shared__ int s[8];
+  int t = threadIdx.x;
+  s[t] = a[blockIdx.x * 6 + t] + blockIdx.x;
+  __syncthreads();
+  a[blockIdx.x * 6 + t] = s[5 - t];
+}"""
+
+
+def test_expected_tokens_between_ctas() -> None:
+    """Between CTAs: one cta token per warp of the block, the last warp first, naming the next CTA; each
+    CTA's EXECs start again at barrier parity 0."""
+    image = _image(BARRIER, [list(range(18))], 6)
+    expected = expected_tokens(image.program, image.memory, (6, 1), SPEC, grid=(3, 1))
+    toks = [t for t, _ in expected]
+    ctas = [i for i, t in enumerate(toks) if t[0] == "cta"]
+    assert [toks[i] for i in ctas] == [("cta", 1, 0, 1), ("cta", 1, 0, 0), ("cta", 2, 0, 1), ("cta", 2, 0, 0)]
+    for first in (ctas[1] + 1, ctas[3] + 1):
+        assert toks[first] == ("exec", 0, 0, 0, 0)
+    parities = [t[4] for t in toks[:ctas[0]] if t[0] == "exec"]
+    assert parities[0] == 0 and parities[-1] == 1
+    assert [i.cta for t, i in expected if t[0] == "exec"][::-1][0] == 2
+    ref = interp.run(image.program, image.memory, (3, 1), (6, 1))
+    assert list(expected[-1][1].record.memory) == ref.memory
+
+
 def test_expected_tokens_end_in_fault_outside_the_gpu_memory() -> None:
     # lane 2 reads word 128: inside the machine's memory, outside the GPU's 128 words
     image = _image(STRIDE, [list(range(1, 5)), [0] * 4, 0], 4)

@@ -122,12 +122,12 @@ def test_a_changed_memory_row_in_the_state_changes_the_result(kernels, monkeypat
 
 def test_limits_and_unsupported_are_refused_before_launching(kernels, tmp_path):
     args, _ = ARGS["vadd"]
-    with pytest.raises(CapacityError, match="a 1-D block of at most 16 threads"):
+    with pytest.raises(CapacityError, match="a CTA of 1..16 threads .* the block is 17x1 = 17 threads"):
         launch(kernels["vadd"], args, block=17, backend="circuit")
-    with pytest.raises(CapacityError, match="a 1-D block of at most 16 threads"):
-        launch(kernels["vadd"], args, block=(4, 2), backend="circuit")
-    with pytest.raises(CapacityError, match="one CTA"):
-        launch(kernels["vadd"], args, grid=2, block=4, backend="circuit")
+    with pytest.raises(CapacityError, match="a CTA of 1..16 threads .* the block is 6x3 = 18 threads"):
+        launch(kernels["vadd"], args, block=(6, 3), backend="circuit")
+    with pytest.raises(CapacityError, match="a grid of 1..64 CTAs; the grid is 13x5 = 65 CTAs"):
+        launch(kernels["vadd"], args, grid=(13, 5), block=4, backend="circuit")
     src = tmp_path / "cas.cu"
     src.write_text("__global__ void cas(int* a) { atomicCAS(a, 0, threadIdx.x); }\n")
     with pytest.raises(CapacityError, match="backend 'circuit' cannot run this kernel"):
@@ -178,3 +178,54 @@ def test_several_warps_with_barriers_are_exact_under_check(tmp_path, threads, mo
     assert got.arrays["total"].tolist() == [5 + sum(acc)]
     warps = {name.split()[2] for name in got.extra["trace"]["generated"] if name.startswith("EXEC")}
     assert warps == {f"w={w}" for w in range((threads + 3) // 4)}
+
+
+GRID = """
+__global__ void where(int* out, int* count) {
+    int tx = threadIdx.x, ty = threadIdx.y, bx = blockIdx.x, by = blockIdx.y;
+    int cta = by * gridDim.x + bx, t = ty * blockDim.x + tx;
+    out[cta * (blockDim.x * blockDim.y) + t] = tx | ty << 4 | blockDim.x << 8 | blockDim.y << 12
+        | bx << 16 | by << 20 | gridDim.x << 24 | gridDim.y << 28;
+    int acc = 0;                               // registers start at 0 in every CTA
+    for (int k = 0; k <= (t & 1) + bx; k++) acc = (acc << 1) ^ (k + t);   // no closed form
+    atomicAdd(&count[cta], acc);
+}
+"""
+
+
+def _where_words(grid: tuple[int, int], block: tuple[int, int]) -> list[int]:
+    out = []
+    for by in range(grid[1]):
+        for bx in range(grid[0]):
+            for ty in range(block[1]):
+                for tx in range(block[0]):
+                    out.append(tx | ty << 4 | block[0] << 8 | block[1] << 12 | bx << 16 | by << 20
+                               | grid[0] << 24 | grid[1] << 28)
+    return out
+
+
+def _loop(t: int, bx: int) -> int:
+    acc = 0
+    for k in range((t & 1) + bx + 1):
+        acc = (acc << 1) ^ (k + t)
+    return acc
+
+
+@pytest.mark.parametrize("grid,block,mode", [((3, 2), (2, 3), "fp32"), ((2, 1), (5, 1), "bf16"),
+                                             ((1, 3), (3, 1), "fp32")])
+def test_grids_of_ctas_and_2d_blocks_are_exact_under_check(tmp_path, grid, block, mode):
+    """CTAs one after another (x fastest), each starting from zeroed registers and fresh warp tables (the
+    cta tokens the model writes), every special of a 2-D grid and block; checked token by token."""
+    src = tmp_path / "where.cu"
+    src.write_text(GRID)
+    k = compile_kernel(src)
+    n, ctas = block[0] * block[1], grid[0] * grid[1]
+    args = [[0] * (n * ctas), [0] * ctas]
+    got = launch(k, args, grid=grid, block=block, backend="circuit", mode=mode, check=True)
+    assert got.arrays["out"].tolist() == [w - (1 << 32) if w >> 31 else w for w in _where_words(grid, block)]
+    want = [sum(_loop(t, cx) for t in range(n)) for cy in range(grid[1]) for cx in range(grid[0])]
+    assert got.arrays["count"].tolist() == want
+    ctas_named = [name for name in got.extra["trace"]["generated"] if name.startswith("CTA")]
+    top = (n - 1) // 4
+    assert ctas_named == [f"CTA x={c % grid[0]} y={c // grid[0]} w={w}" for c in range(1, ctas)
+                          for w in range(top, -1, -1)]

@@ -17,11 +17,11 @@ from qgpu_min.gpu.program import GpuLaunchError
 from qgpu_min.machine.isa import CapacityError
 from test_kernel_suite import run_case
 
-GPU_THREADS = 16
+GPU_THREADS, GPU_CTAS = 16, 64
 
 
 def _fits_shape(shape: Shape) -> bool:
-    return shape.grid == (1, 1) and shape.block[1] == 1 and shape.block[0] <= GPU_THREADS
+    return shape.block[0] * shape.block[1] <= GPU_THREADS and shape.grid[0] * shape.grid[1] <= GPU_CTAS
 
 
 def run_on_gpu(case: Case, shape: Shape, mode: str) -> None:

@@ -12,7 +12,8 @@ after bf16 rounding). Ballast changes are constants: the MLP's constant unit wri
 
 Emission (`emit`): unit pre-activations K*(sum w*x - theta) with K = 64, up = the constant dim, down =
 coefficient/K; memory heads use one-hot keys/queries of amplitude 32, values of amplitude 32, beta = 1,
-decay 0, and the gated norm turns each stored active channel back into exactly 1.
+decay 0 (exp(g) = 1; a memory's reset token: exp(g) = 0), and the gated norm turns each stored active
+channel back into exactly 1.
 
 Banks: a memory of more rows than a head holds is split into banks (`banks`), one head per read port and
 bank. A head's query and key use only its bank's address elements, so the other banks see a zero query
@@ -46,6 +47,11 @@ B_WRITE = 32.0    # in_proj_b on the constant dim: beta = sigmoid(32) = 1
 Z_GATE = 64.0     # in_proj_z on the constant dim: silu(64) = 64
 DT_BIAS = -100.0  # softplus(-100) ~ 4e-44: decay g = 0, exp(g) = 1
 A_LOG = -30.0
+# a memory's reset (MemOp.reset): in_proj_a reads the reset bit at A_RESET, and the heads' A_log is
+# A_LOG_RESET: a reset token has g = -e^2 * softplus(100) = -739, exp(g) = 0 (the state is emptied); any
+# other token a = 0, g = -e^2 * 4e-44, exp(g) = 1 exactly, as for every other head
+A_RESET = 200.0
+A_LOG_RESET = 2.0
 N_BALLAST = 4
 # RMSNorm gain 1 + 2^-21 cancels the eps: x * rsqrt(1 + 1e-6) * (1 + 2^-21) is exactly x in fp32 for the
 # small integers on circuit dims, so fp32 arithmetic stays on integers just as bf16's rounding does.
@@ -591,9 +597,15 @@ def emit(p: Plan, out_code: OutputCode | None = None) -> list[LayerWeights]:
         conv[:, -1] = 1.0  # current token only, except delayed write fields (_row_values)
         # attention: memory ops (heads as memory_heads assigns them), then the constant head
         head = 0
+        a_log = np.full(nh, A_LOG, np.float32)
         for op in p.ops:
             if isinstance(op, MemOp) and p.layer_of[id(op)] == L:
-                head += _mem_heads(p, op, heads[id(op)][1], qkv, z, b, out, conv)
+                n = _mem_heads(p, op, heads[id(op)][1], qkv, z, b, out, conv)
+                if op.reset is not None:
+                    for h in range(heads[id(op)][1], heads[id(op)][1] + n):
+                        a.add(h, _term_dim(p, op.reset, 1), A_RESET)
+                        a_log[h] = A_LOG_RESET
+                head += n
         before, after = ballast_at(p, 2 * L - 1), ballast_at(p, 2 * L)
         if before != after:
             delta = tuple(x - y for x, y in zip(after, before))
@@ -632,7 +644,7 @@ def emit(p: Plan, out_code: OutputCode | None = None) -> list[LayerWeights]:
                 for d in p.dims[gid]:
                     mlp.unit({d: 1.0}, 0, {d: -1.0})
         vecs = {"in_norm": np.full(H, NORM_W, np.float32), "post_norm": np.full(H, NORM_W, np.float32), "conv": conv,
-                "dt_bias": np.full(nh, DT_BIAS, np.float32), "A_log": np.full(nh, A_LOG, np.float32),
+                "dt_bias": np.full(nh, DT_BIAS, np.float32), "A_log": a_log,
                 "gdn_norm": np.full(hd, math.sqrt(ROW_ACTIVE / hd), np.float32)}
         layers.append(LayerWeights({"gate": mlp.gate, "up": mlp.up, "down": mlp.down, "qkv": qkv, "z": z,
                                     "b": b, "a": a, "out": out}, vecs, mlp.n, head))

@@ -179,6 +179,9 @@ class MemOp:
     # more sources for some fields: (field, group, tap); a field with several sources has one channel
     # block per source, and on every write exactly one of them is present (not its 'absent' element)
     alternatives: tuple[tuple[int, "Group", int], ...] = ()
+    # a bit (size-2 group): on tokens where it is 1 the memory is emptied before this token's write
+    # (compiled as the heads' decay: exp(g) = 0 there, exactly 1 elsewhere)
+    reset: "Group | None" = None
 
     def __post_init__(self) -> None:
         if not self.value_taps:
@@ -200,7 +203,7 @@ class MemOp:
     def inputs(self) -> list[Group]:
         addrs = ([self.write_addr] if self.write_addr is not None else []) + list(self.read_addrs)
         groups = [g for a in addrs for g in (a.parts if isinstance(a, Product) else (a,))]
-        return _distinct_roots(groups + [g for g, _ in self.all_sources()])
+        return _distinct_roots(groups + [g for g, _ in self.all_sources()] + ([self.reset] if self.reset else []))
 
 
 def _distinct_roots(groups: Iterable[Group]) -> list[Group]:
@@ -313,13 +316,16 @@ class Circuit:
 
     def access(self, mem: Memory, write_addr: Group | None, write_value: list[Group],
                read_addrs: list[Group], value_taps: list[int] | None = None,
-               alternatives: list[tuple[int, Group, int]] = ()) -> list[list[Group]]:
+               alternatives: list[tuple[int, Group, int]] = (), reset: Group | None = None) -> list[list[Group]]:
         """Schedule one access of `mem` (each memory is accessed by exactly one op per token).
 
         value_taps: per write field, how many tokens back (0..MAX_TAP) its value is taken from (default 0).
         alternatives: more (field, group, tap) sources of a field, e.g. one path for values assembled from
         earlier tokens and one for values computed now; each source of such a field has the field's size
-        plus one 'absent' element, and exactly one source is present on every write."""
+        plus one 'absent' element, and exactly one source is present on every write.
+        reset: a bit that empties the memory, before the write, on the tokens where it is 1 (then an
+        all-rows write initialises it again: such a write needs its rows empty, or already holding the
+        same all-rows write)."""
         if any(op.mem is mem for op in self.ops if isinstance(op, MemOp)):
             raise CircuitError(f"memory {mem.name} is accessed twice; give each memory one access op")
         taps = tuple(int(d) for d in value_taps) if value_taps is not None else (0,) * len(write_value)
@@ -349,11 +355,13 @@ class Circuit:
             if channels + ROW_ACTIVE - len(mem.fields) > ROW_CHANNELS:
                 raise CircuitError(f"memory {mem.name}: {channels} value channels (alternatives included) and "
                                    f"{ROW_ACTIVE - len(mem.fields)} filler do not fit a {ROW_CHANNELS}-channel head")
+        if reset is not None and reset.size != 2:
+            raise CircuitError(f"memory {mem.name}: reset {reset.name} must be a bit (size 2), not size {reset.size}")
         for a in read_addrs:
             if isinstance(a, Group) and a.size != mem.rows:
                 raise CircuitError(f"memory {mem.name}: read address needs size {mem.rows}, got {a.size}")
         op = MemOp(mem, write_addr, list(write_value), list(read_addrs), value_taps=taps,
-                   alternatives=tuple((int(i), g, int(d)) for i, g, d in alternatives))
+                   alternatives=tuple((int(i), g, int(d)) for i, g, d in alternatives), reset=reset)
         op.outputs = [[Group(f"{mem.name}.r{p}.{i}", s) for i, s in enumerate(mem.fields)]
                       for p in range(len(read_addrs))]
         self.ops.append(op)

@@ -3,6 +3,8 @@
 Gates are evaluated unit by unit with integer ReLUs, exactly the arithmetic the compiled SwiGLU units
 perform; every gate's result is checked to be one-hot on every case (a gate that is not is a bug in its
 construction and raises). Memories keep per-case rows across tokens; reading a never-written row raises.
+A reset empties a memory. An all-rows write is what the model does exactly only on empty rows, or on
+rows that hold that same all-rows write (a repeat changes nothing): anything else raises.
 Write fields taken from earlier tokens (MemOp.value_taps) read a per-case history of the last MAX_TAP
 tokens' values of their groups; writing one that reaches back before the sequence start raises (the
 model's conv state is zeros there, so the row would be corrupt).
@@ -34,7 +36,7 @@ def group_value(values: Values, g: Group, batch: int) -> np.ndarray:
     return out
 
 
-SEEN, HISTORY = "tokens seen", "history"  # state keys besides id(memory) -> rows
+SEEN, HISTORY, EVERY = "tokens seen", "history", "all-rows tags"  # state keys besides id(memory) -> rows
 
 
 def _delayed_roots(circuit: Circuit) -> dict[int, Group]:
@@ -53,6 +55,7 @@ def new_state(circuit: Circuit, batch: int) -> dict:
     the last MAX_TAP tokens, newest first (-1: before the sequence start)."""
     state: dict = {id(m): np.full((batch, m.rows, len(m.fields)), -1, dtype=np.int64) for m in circuit.memories}
     state[SEEN] = 0
+    state[EVERY] = {id(m): np.zeros((batch, m.rows), dtype=np.int64) for m in circuit.memories}
     state[HISTORY] = {gid: np.full((batch, MAX_TAP), -1, dtype=np.int64) for gid in _delayed_roots(circuit)}
     return state
 
@@ -132,22 +135,48 @@ def _product_rows(values: Values, a: Product, batch: int) -> list[list[int]]:
     return out
 
 
+def _all_rows_tag(rows: list[int]) -> int:
+    """A nonzero tag naming the row set of an all-rows write."""
+    return (hash(tuple(rows)) & ((1 << 62) - 1)) | 1
+
+
+def _write(op: MemOp, state: dict, k: int, rows: list[int], vals: np.ndarray) -> None:
+    """Case k writes vals into `rows` (several: an all-rows write, checked as the model's algebra needs)."""
+    mem, tags = state[id(op.mem)], state[EVERY][id(op.mem)]
+    tag = _all_rows_tag(rows) if len(rows) > 1 else 0
+    if tag:
+        empty = bool((mem[k, rows] < 0).all())
+        repeat = bool((tags[k, rows] == tag).all() and (mem[k, rows] == vals).all())
+        if not (empty or repeat):
+            raise CircuitError(f"memory {op.mem.name}: case {k} writes {len(rows)} rows at once over rows that are "
+                               f"not empty (reset the memory first)")
+    mem[k, rows] = vals
+    tags[k, rows] = tag
+
+
 def _eval_mem(values: Values, op: MemOp, state: dict, batch: int) -> None:
     rows = state[id(op.mem)]
     idx = np.arange(batch)
+    if op.reset is not None:
+        wipe = group_value(values, op.reset, batch) == 1
+        rows[wipe] = -1
+        state[EVERY][id(op.mem)][wipe] = 0
     if isinstance(op.write_addr, Product):
         targets = _product_rows(values, op.write_addr, batch)
         writes = np.array([bool(t) for t in targets])
         vals = _write_fields(values, op, state, writes, batch)
         for k, t in enumerate(targets):
-            rows[k, t] = vals[k]
+            if t:
+                _write(op, state, k, t, vals[k])
     elif op.write_addr is not None:
         addr = group_value(values, op.write_addr, batch)
         w = addr < op.mem.rows
         every = addr == op.mem.rows + 1
         vals = _write_fields(values, op, state, w | every, batch)
         rows[idx[w], addr[w]] = vals[w]
-        rows[every] = vals[every][:, None, :]
+        state[EVERY][id(op.mem)][idx[w], addr[w]] = 0
+        for k in np.nonzero(every)[0]:
+            _write(op, state, int(k), list(range(op.mem.rows)), vals[k])
     for port, a in enumerate(op.read_addrs):
         if isinstance(a, Product):
             hits = _product_rows(values, a, batch)

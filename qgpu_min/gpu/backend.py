@@ -11,13 +11,13 @@ from typing import Any, Callable
 
 from ..host.backend import BackendRun, LaunchError
 from ..machine.interp import MemoryFault, StepLimitError
-from ..machine.isa import LANES, CapacityError, Program
+from ..machine.isa import LANES, Program
 from ..machine.isa import DEFAULT_STEP_LIMIT
 from .layout import GpuSpec
 from .model import TooManyTokens
 from .model import run_launch as run_model
 from .program import block_format as _block_format
-from .program import check_supported, prompt
+from .program import check_supported, launch_shape, prompt
 from .vocab import Token, token_name
 
 SPEC = GpuSpec()
@@ -36,21 +36,18 @@ def compiled(spec: GpuSpec = SPEC, progress: Callable[[str], None] | None = None
     return _COMPILED[spec]
 
 
-def _check_shape(grid: tuple[int, int], block: tuple[int, int], spec: GpuSpec) -> None:
-    if grid != (1, 1):
-        raise CapacityError(f"the GPU in the weights runs one CTA per launch for now; the grid has "
-                            f"{grid[0] * grid[1]} CTAs (use --backend interp for grids)")
-    if block[1] != 1 or not 1 <= block[0] <= spec.threads:
-        raise CapacityError(f"the GPU in the weights runs a 1-D block of at most {spec.threads} threads "
-                            f"({spec.warps} warps of {spec.lanes}) for now; the block is {block[0]}x{block[1]} "
-                            f"(use --backend interp for larger blocks)")
+def _cta_of(generated: list[Token]) -> tuple[int, int]:
+    """The CTA (x, y) the model was running at the end of `generated`: the last cta token's."""
+    return next((t[1:3] for t in reversed(generated) if t[0] == "cta"), (0, 0))
 
 
 def _warp_steps(generated: list[Token]) -> int:
     """Warp steps in a generated run: an exec at a new block or warp, or at a lane not after the previous one."""
     steps, last = 0, None
     for t in generated:
-        if t[0] == "exec":
+        if t[0] == "cta":
+            last = None
+        elif t[0] == "exec":
             if last is None or (t[1], t[3]) != (last[1], last[3]) or t[2] <= last[2]:
                 steps += 1
             last = t
@@ -65,15 +62,16 @@ def run_launch(program: Program, memory: list[int], grid: tuple[int, int], block
     if mode not in ("fp32", "bf16"):
         raise LaunchError(f"mode {mode!r}: choose fp32 or bf16")
     spec = SPEC
-    _check_shape(grid, block, spec)
+    grid, block = launch_shape(grid, block, spec)
     check_supported(program, spec)
-    toks = prompt(program, memory, block[0], spec)
+    toks = prompt(program, memory, block, spec, grid)
     cg = compiled(spec)
-    limit = (step_limit or DEFAULT_STEP_LIMIT) * LANES * TOKENS_PER_LANE_STEP + 1
+    ctas = grid[0] * grid[1]
+    limit = (step_limit or DEFAULT_STEP_LIMIT) * LANES * TOKENS_PER_LANE_STEP + ctas * spec.warps + 1
     checker = None
     if check:
         from .check import Checker, expected_tokens
-        checker = Checker(cg, expected_tokens(program, memory, block[0], spec))
+        checker = Checker(cg, expected_tokens(program, memory, block, spec, step_limit, grid))
 
     def on_token(i: int, t: Token, state) -> None:
         if trace is not None:
@@ -84,11 +82,12 @@ def run_launch(program: Program, memory: list[int], grid: tuple[int, int], block
         run = run_model(cg, toks, mode, max_generated=limit, on_token=on_token)
     except TooManyTokens as e:
         raise StepLimitError(f"the launch did not halt within the step limit of {step_limit or DEFAULT_STEP_LIMIT} "
-                             f"warp steps: the model was at block B{e.block}, warp {e.warp}, lane {e.lane} (CTA 0)",
-                             e.block)
+                             f"warp steps: the model was at block B{e.block}, warp {e.warp}, lane {e.lane} "
+                             f"(CTA {e.cta})", e.block)
     last = next((t for t in reversed(run.generated) if t[0] == "exec"), None)
     if run.generated[-1][0] == "fault":
-        where = f"block B{last[1]}, lane {last[2]} of warp {last[3]} in CTA 0" if last else "the first step"
+        where = (f"block B{last[1]}, lane {last[2]} of warp {last[3]} in CTA {_cta_of(run.generated)}" if last
+                 else "the first step")
         raise MemoryFault(f"memory access outside the GPU's {spec.mem_words} words or misaligned at {where} "
                           f"(generated token {len(run.generated) - 1})")
     words = run.memory + list(memory[spec.mem_words:])

@@ -16,16 +16,17 @@ order, before the faulting lane's EXEC answers FAULT). Lanes are independent wit
 block the GPU runs (ALU ops, word LD/ST, atomics in lane order: no shuffles or votes), so their values
 are exact. The same subclass notes the word each lane's atomic leaves in memory (its record write-back).
 
-Token protocol checked (core.py): per warp step, per active lane l ascending: ("exec", block, l, warp,
+Token protocol checked (core.py): per CTA, per warp step, per active lane l ascending: ("exec", block, l, warp,
 parity), where parity counts (mod 2) the barrier openings so far (the interpreter's scheduling order and
 a BAR block's end of the warp's turn are the interpreter's own; see expected_tokens), then
 one write-back per entry e of encode_block(block).writeback, in order: its value v (lane l's register
 after the block; for an atomic's record, entry 0, the memory word lane l's atomic left) goes out as
 ("w1", e, v & 0xff) when v is a sign-extended 8-bit number, else as ("wa", v & 0xfff),
-("wb", v >> 12 & 0xfff), ("w3", e, v >> 24); finally ("halt",), or ("fault",) right after the EXEC of
-the first lane whose access is outside the GPU's memory or misaligned.
+("wb", v >> 12 & 0xfff), ("w3", e, v >> 24); between CTAs ("cta", x, y, w) for the next CTA (x, y), one
+per warp w of the block from the last down (each starts at parity 0); finally ("halt",), or ("fault",)
+right after the EXEC of the first lane whose access is outside the GPU's memory or misaligned.
 
-State checked (Checker): when the token after a lane step is generated (EXEC or HALT), that lane's
+State checked (Checker): when the token after a lane step is generated (EXEC, CTA or HALT), that lane's
 registers live after the block; when it also begins a new warp step, the data memory. Memory is not
 compared inside a warp step: the model has run the stores of the lanes so far, the interpreter's
 record holds those of all active lanes.
@@ -128,9 +129,8 @@ class _GpuMachine(interp._Machine):
         return addr
 
 
-def _records(program: Program, memory: list[int], threads: int, spec: GpuSpec,
+def _records(program: Program, memory: list[int], grid: tuple[int, int], block: tuple[int, int], spec: GpuSpec,
              step_limit: int | None) -> tuple[_GpuMachine, Iterator[StepRecord]]:
-    grid, block = (1, 1), (threads, 1)
     check_program(program)
     interp.check_launch_shape(grid, block)
     if len(memory) != interp.MEM_WORDS:
@@ -173,20 +173,32 @@ def _lanes(mask: int) -> list[int]:
     return [l for l in range(mask.bit_length()) if mask >> l & 1]
 
 
-def expected_tokens(program: Program, memory: list[int], threads: int, spec: GpuSpec,
-                    step_limit: int | None = None) -> list[tuple[Token, StepInfo]]:
-    """The tokens the model must generate for this launch (grid (1,1), block (threads,1)), each with the
+def _cta_tokens(rec: StepRecord, last: StepRecord, block: tuple[int, int], spec: GpuSpec) -> list[tuple[Token, StepInfo]]:
+    """The tokens between two CTAs: one per warp of the block, the last warp first, naming the next CTA."""
+    top = (block[0] * block[1] - 1) // spec.lanes
+    return [(("cta", *rec.ctaid, w), StepInfo(last.step, rec.cta, w, None, None, record=last))
+            for w in range(top, -1, -1)]
+
+
+def expected_tokens(program: Program, memory: list[int], block: tuple[int, int] | int, spec: GpuSpec,
+                    step_limit: int | None = None, grid: tuple[int, int] = (1, 1)) -> list[tuple[Token, StepInfo]]:
+    """The tokens the model must generate for this launch (`block`: (x, y) or a thread count), each with the
     step, CTA, warp, block and lane it belongs to. Raises interp.StepLimitError as the interpreter does."""
+    block = (block, 1) if isinstance(block, int) else tuple(block)
     codes: dict[int, BlockCode] = {}
     out: list[tuple[Token, StepInfo]] = []
-    m, records = _records(program, memory, threads, spec, step_limit)
+    m, records = _records(program, memory, tuple(grid), block, spec, step_limit)
     last: StepRecord | None = None
     # the barrier parity: a warp steps again after a BAR block only once the barrier has opened for every
-    # waiting warp, which flips the parity the EXEC tokens carry
+    # waiting warp, which flips the parity the EXEC tokens carry; each CTA starts at parity 0
     at_bar: set[int] = set()
     parity = 0
     for rec in records:
         m.settle()
+        if last is not None and rec.cta != last.cta:
+            out += _cta_tokens(rec, last, block, spec)
+            at_bar.clear()
+            parity = 0
         if rec.warp in at_bar:
             at_bar.clear()
             parity ^= 1
@@ -256,15 +268,16 @@ class Checker:
 
     def __call__(self, i: int, token: Token, state=None) -> None:
         info = self._check_token(i, token)
-        if token[0] in ("exec", "halt") and self.open is not None and state is not None:
+        if token[0] in ("exec", "cta", "halt") and self.open is not None and state is not None:
             self._check_registers(i, state, self.open)
-            if token[0] == "halt" or (info.step, info.cta, info.warp) != (self.open.step, self.open.cta,
-                                                                           self.open.warp):
+            if token[0] != "exec" or (info.step, info.cta, info.warp) != (self.open.step, self.open.cta,
+                                                                          self.open.warp):
                 self._check_memory(i, state, self.open.record)
         if token[0] == "exec":
             self.open = info
-        elif token[0] in ("halt", "fault"):
-            # a FAULT ends the launch inside the faulting lane's step: nothing after its EXEC is complete
+        elif token[0] in ("cta", "halt", "fault"):
+            # a FAULT ends the launch inside the faulting lane's step: nothing after its EXEC is complete;
+            # a cta token clears the registers the first of them was checked against
             self.open = None
         self.checked = i + 1
 

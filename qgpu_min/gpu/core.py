@@ -2,28 +2,33 @@
 
 Data flow of one token, in depth order (the planner places each part as early as its inputs allow):
 
-  embedding   the token's fields: kind, payload bits, block/lane/entry, ROM and memory addresses
-  ctx         (memory) the block and lane of the last EXEC, read by every token
+  embedding   the token's fields: kind, payload bits, block/lane/warp/entry, ROM and memory addresses,
+              the launch shape, a cta token's CTA
+  ctx         (memories) the block, lane, warp and barrier parity of the last EXEC, the CTA, the grid and
+              block shape, read by every token; the next CTA's coordinates
   ROM         (memories, one per row of layout.rom_rows) read at the current block; written by the
               prompt: a row's 32 bits arrive in three `pay` tokens before its `rom` token (conv taps)
   decode      ROM bits -> one-hot fields for the datapath
-  registers   (memory, rows lane*16 + r) read through the block's read ports; written by the W3 token
-              of a write-back, whose 32 bits arrive over WA, WB, W3 (conv taps)
+  registers   (memory, rows (warp * lanes + lane) * 16 + r) read through the block's read ports; written
+              by the W3 token of a write-back, whose 32 bits arrive over WA, WB, W3 (conv taps)
   datapath    datapath.py: pre slots, memory address and data
-  data memory (memory) loads, stores, and the prompt's array words (`pay` x3 + `mem`)
+  data memory (memory) loads, stores, atomics' records, and the prompt's array words (`pay` x3 + `mem`)
   datapath    post slots, branch condition
-  warp table  (memory, one row per lane: pc, exited) updated by EXEC
-  scheduler   the next EXEC (same block, next active lane; or a new step at the lowest pc) or HALT
+  warp table  (memory, one row per lane of each warp: pc, exited) updated by EXEC
+  scheduler   the next EXEC (same block, next active lane; the warp's next step; the next ready warp,
+              or a barrier opening) or the end of the CTA
   outbox      (memories) the EXEC's slot results and load, read by the write-back tokens
   output      the code of the next token: WA/WB/W3 of the next write-back entry, the scheduler's
-              decision, or FAULT
+              decision, CTA tokens for the next CTA, HALT after the last, or FAULT
 
 Every memory is initialised by the first token (init), through its 'now' source; values assembled from
 earlier tokens use an alternative source (ir.MemOp.alternatives), present only on the tokens that
-carry them, so both kinds of write share a memory.
+carry them, so both kinds of write share a memory. A cta token clears what a CTA starts with (its warp's
+registers, the warp tables); memory and ROM persist across CTAs, as on the machine.
 
-v1 limits (GpuSpec): one warp of up to 4 threads, one CTA, a 1-D block; word LD/ST; the datapath's ALU
-opcodes; ROM of spec.blocks blocks, spec.mem_words words of memory.
+Limits (GpuSpec): warps x lanes threads per CTA (any 2-D block shape within them), spec.ctas CTAs; word
+LD/ST and the atomics of layout.ATOM_OPS; the datapath's ALU opcodes; ROM of spec.blocks blocks,
+spec.mem_words words of memory.
 """
 from __future__ import annotations
 
@@ -31,9 +36,9 @@ from dataclasses import dataclass, field
 
 from ..circuit import lib
 from ..circuit.compile import OutputCode
-from ..circuit.ir import CONST, Circuit, Group, Product, Word, const_bit, decode_view, onehot_bits, view
+from ..circuit.ir import CONST, Circuit, Group, Product, Unit, Word, const_bit, decode_view, onehot_bits, view
 from .datapath import BlockFields, SlotFields, lane_datapath, post_slots
-from .layout import (ATOM_OPS, KINDS, MEM_KINDS, PAY_BITS, RECORD_REG, SMALL_BITS, TERM_KINDS, WB_PAYLOADS,
+from .layout import (ATOM_OPS, KINDS, bits_for, MEM_KINDS, PAY_BITS, RECORD_REG, SMALL_BITS, TERM_KINDS, WB_PAYLOADS,
                      GpuSpec, field_offsets, rom_rows)
 
 # the atomic ALU's op one-hot follows layout.ATOM_OPS: lib.alu ops, with EXCH as the extra word (B itself)
@@ -79,6 +84,11 @@ def _payload_alternatives(pay: list[Group], taps: tuple[int, ...]) -> list[tuple
     return [(i, pay[i % PAY_BITS], taps[i // PAY_BITS]) for i in range(32)]
 
 
+def _step_down(terms: list, theta: int) -> list:
+    """Units that subtract [sum terms >= theta] (lib.step_units with the opposite sign)."""
+    return [Unit(tuple(terms), theta - 1, lib.UNSET), Unit(tuple(terms), theta, lib.SET)]
+
+
 def _word_of_onehot(g: Group, name: str) -> Word:
     """A small one-hot value as a 32-bit word (views: free)."""
     bits = onehot_bits(g, max(1, (g.size - 1).bit_length()), name)
@@ -101,19 +111,67 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     x_b, x_l, x_e = c.input("x_b", B), c.input("x_l", L), c.input("x_e", W)
     x_w, x_p = c.input("x_w", NW), c.input("x_p", 2)   # an EXEC's warp and barrier parity; an init's warp
     x_rom = c.input("x_rom", n_rom * B + 2)          # (row m, block b) = m * B + b; then none, init-all
-    x_mem = c.input("x_mem", spec.mem_words + 1)     # a word address, or none
-    x_n = c.input("x_n", T + 1)                      # threads of the launch
+    # a mem token's word address, in binary (a one-hot would hold its dims until the data memory's layer)
+    x_mem = [c.input(f"x_mem[{k}]", 2) for k in range(bits_for(spec.mem_words))]
+    x_n = c.input("x_n", T + 1)                      # a launch token: threads of a CTA, ntid.x, ntid.y
+    x_bx, x_by = c.input("x_bx", T + 1), c.input("x_by", T + 1)
+    C = spec.ctas       # a cta token's (ctaid.x, ctaid.y); a grid token's (nctaid.x - 1, nctaid.y - 1)
+    x_cx, x_cy = c.input("x_cx", C), c.input("x_cy", C)
     code_in = {"kind": c.input("code_kind", len(KINDS)), "b": c.input("code_b", B), "l": c.input("code_l", L),
                "w": c.input("code_w", NW), "p": c.input("code_p", 2),
                "e": c.input("code_e", W), "pay": [c.input(f"code_pay[{i}]", 2) for i in range(PAY_BITS)]}
     is_init = _kind_is(kind, "init")
+    clears = _kind_is(kind, "init", "cta")     # initialises its warp's registers and the write-back pointer
+    is_cta = _kind_is(kind, "cta")
 
-    # ---- context: the current EXEC's block, lane, warp and barrier parity; the launch shape ----------
-    # (the init tokens come last warp first, so the context holds warp 0 when the prompt's writes begin)
-    cur_b, cur_l, cur_w, cur_p = c.access(c.memory("ctx", 1, (B, L, NW, 2)), _row0_when(kind, "exec", "init"),
+    # ---- context: the current EXEC's block, lane, warp and barrier parity; the CTA; the launch shape ------
+    # (the init and cta tokens come last warp first, so the context holds warp 0 when the next EXEC comes)
+    cur_b, cur_l, cur_w, cur_p = c.access(c.memory("ctx", 1, (B, L, NW, 2)), _row0_when(kind, "exec", "init", "cta"),
                                           [x_b, x_l, x_w, x_p], [_const_row(1, 0)])[0]
-    (cur_n,) = c.access(c.memory("launch", 1, (T + 1,)), _row0_when(kind, "launch", "init"), [x_n],
-                        [_const_row(1, 0)])[0]
+    # (one memory per coordinate: a row holds at most ROW_CHANNELS channels)
+    cur_cx, cur_cy, grid_x, grid_y = (
+        c.access(c.memory(name, 1, (C,)), _row0_when(kind, on, "init"), [x], [_const_row(1, 0)])[0][0]
+        for name, on, x in (("cta.x", "cta", x_cx), ("cta.y", "cta", x_cy), ("grid.x", "grid", x_cx),
+                            ("grid.y", "grid", x_cy)))      # grid: nctaid - 1
+    cur_n, cur_bx, cur_by = c.access(c.memory("launch", 1, (T + 1,) * 3), _row0_when(kind, "launch", "init"),
+                                     [x_n, x_bx, x_by], [_const_row(1, 0)])[0]
+
+    # the first cta token (the block's last warp) empties the register file and the warp tables (a memory
+    # reset: the DeltaNet decay) before they are initialised again
+    top_warp = decode_view(cur_n, NW, lambda n: max(n - 1, 0) // L, "top.warp")
+    cta_first = c.gate("cta.first", 2, 0, [lib.and_unit([(is_cta, 1), (x_w, v), (top_warp, v)], lib.SET)
+                                           for v in range(NW)])
+
+    # ---- the next CTA (x fastest): its coordinates go out in a cta token's payload bits. On a cta token the
+    # context already holds its own CTA, which the next cta token (the next warp down) repeats. The one-hot
+    # coordinates are used once, right after they are read (the residual is fullest two layers later); y and
+    # the grid's height go on as binary words, which the specials use too.
+    CB = spec.cta_bits
+    assert 2 * CB <= PAY_BITS, "a cta token's code carries both coordinates in its payload bits"
+
+    def binary_word(g: Group, name: str, offset: int = 0) -> Word:
+        bits = [c.gate(f"{name}[{k}]", 2, 0, [lib.and_unit([(g, v)], lib.SET) for v in range(g.size)
+                                              if (v + offset) >> k & 1]) for k in range((g.size - 1 + offset).bit_length())]
+        return bits + [const_bit(0)] * (32 - len(bits))
+    cx_word, cy_word = binary_word(cur_cx, "ctaid.x"), binary_word(cur_cy, "ctaid.y")
+    gx_word, gy_word = binary_word(grid_x, "nctaid.x", 1), binary_word(grid_y, "nctaid.y", 1)
+    wrap = c.gate("cta.wrap", 2, 0, [lib.and_unit([(cur_cx, v), (grid_x, v)], lib.SET) for v in range(C)])
+    # the last CTA: x wrapped and y + 1 == nctaid.y, i.e. s = nctaid.y - y + 128 * wrap is 129
+    big = 1 << (CB + 1)
+    last_terms = [(gy_word[k], 1, 1 << k) for k in range(CB + 1)] + [(cy_word[k], 1, -(1 << k)) for k in range(CB)] \
+        + [(wrap, 1, big)]
+    last_cta = c.gate("cta.last", 2, 0, lib.step_units(last_terms, big + 1) + _step_down(last_terms, big + 2))
+    cta_pay = []
+    x_not_last = [decode_view(grid_x, 2, lambda g, v=v: int(g != v), f"gx!={v}") for v in range(C)]
+    for k_ in range(CB):      # x + 1, or 0 after the last column; a cta token: its own x
+        cta_pay.append(c.gate(f"cta.pay[{k_}]", 2, 0,
+                              [lib.and_unit([(is_cta, 1), (cur_cx, v)], lib.SET) for v in range(C) if v >> k_ & 1]
+                              + [lib.and_unit([(is_cta, 0), (x_not_last[v], 1), (cur_cx, v)], lib.SET)
+                                 for v in range(C) if (v + 1) >> k_ & 1]))
+    for k_ in range(CB):      # y + wrap (bit k: the low k+1 bits plus wrap are in [2^k, 2^(k+1))); own y
+        terms = [(cy_word[j], 1, 1 << j) for j in range(k_ + 1)] + [(wrap, 1, 1)]
+        units = lib.gated(lib.step_units(terms, 1 << k_) + _step_down(terms, 2 << k_), [(is_cta, 0)])
+        cta_pay.append(c.gate(f"cta.pay[{CB + k_}]", 2, 0, units + [lib.and_unit([(is_cta, 1), (cy_word[k_], 1)], lib.SET)]))
 
     # ---- ROM ------------------------------------------------------------------------------------
     rom: dict[str, list[Group]] = {}
@@ -150,17 +208,17 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     R = spec.regs
     ends = _kind_is(kind, "w3", "w1")      # the token that completes a write-back entry writes the register
     is_w1 = _kind_is(kind, "w1")
-    units = [lib.and_unit([(is_init, 1)], ((L * R + 1, 1), (L * R, -1)))]
+    units = [lib.and_unit([(clears, 1)], ((L * R + 1, 1), (L * R, -1)))]
     for l in range(L):
         for e in range(W):
             for r in range(R):      # r15's row is the scratch of an atomic's record (layout.RECORD_REG)
                 units.append(lib.and_unit([(ends, 1), (cur_l, l), (x_e, e), (wb_reg[e], r)],
                                           ((l * R + r, 1), (L * R, -1))))
     reg_waddr = c.gate("regs.w", L * R + 2, L * R, units)
-    # the warp part: the current warp; an init token's own warp (its 'every' covers that warp's rows only:
-    # the count of rows one write keys in a bank must be a power of 4)
-    reg_wwarp = c.gate("regs.ww", NW, 0, [lib.and_unit([(is_init, 0), (cur_w, w)], ((w, 1), (0, -1))) for w in range(1, NW)]
-                       + [lib.and_unit([(is_init, 1), (x_w, w)], ((w, 1), (0, -1))) for w in range(1, NW)])
+    # the warp part: the current warp; an init or cta token's own warp (its 'every' covers that warp's rows
+    # only: the count of rows one write keys in a bank must be a power of 4)
+    reg_wwarp = c.gate("regs.ww", NW, 0, [lib.and_unit([(clears, 0), (cur_w, w)], ((w, 1), (0, -1))) for w in range(1, NW)]
+                       + [lib.and_unit([(clears, 1), (x_w, w)], ((w, 1), (0, -1))) for w in range(1, NW)])
 
     def in_warp(a: Group, every: int | None = None) -> Product:
         return Product((reg_wwarp if every is not None else cur_w, a), (NW, L * R), (None, every))
@@ -168,26 +226,36 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
                                                    for l in range(L) for r in range(R) if l or r])
                  for i in range(fmt.reads)]
     scratch_raddr = decode_view(cur_l, L * R, lambda l: l * R + RECORD_REG, "regs.scratch")
-    # 'now' source: 0 on init, a w1's sign-extended small value; the alternative: a w3's three tokens
+    # 'now' source: 0 on init and cta, a w1's sign-extended small value; the alternative: a w3's three tokens
     reg_now = [c.gate(f"regs.now[{i}]", 3, ABSENT,
-                      [lib.and_unit([(is_init, 1)], ((0, 1), (ABSENT, -1)))]
+                      [lib.and_unit([(clears, 1)], ((0, 1), (ABSENT, -1)))]
                       + [lib.and_unit([(is_w1, 1), (wpay["w1"][min(i, SMALL_BITS - 1)], v)], ((v, 1), (ABSENT, -1)))
                          for v in (0, 1)]) for i in range(32)]
     assembled = [(i, wpay[r][i - lo], tap) for r, lo, tap in (("wa", 0, 2), ("wb", PAY_BITS, 1), ("w3", 2 * PAY_BITS, 0))
                  for i in range(lo, min(lo + PAY_BITS, 32))]
     *regs, scratch = c.access(c.memory("regs", NW * L * R, (2,) * 32), in_warp(reg_waddr, L * R + 1), reg_now,
-                              [in_warp(a) for a in reg_raddr + [scratch_raddr]], alternatives=assembled)
+                              [in_warp(a) for a in reg_raddr + [scratch_raddr]], alternatives=assembled,
+                              reset=cta_first)
     # a W3 whose entry is the record (register r15) writes the assembled word to memory too
     record = c.gate("record", 2, 0, [lib.and_unit([(ends, 1), (x_e, e), (wb_reg[e], RECORD_REG)], lib.SET)
                                      for e in range(W)])
 
-    # ---- specials (one CTA, a 1-D block): the order of machine.isa.SPECIALS ----------------------------
-    zero, one = [const_bit(0)] * 32, [const_bit(1)] + [const_bit(0)] * 31
+    # ---- specials: the order of machine.isa.SPECIALS ------------------------------------------------------
+    # thread t = warp * lanes + lane is (t % ntid.x, t // ntid.x); the CTA coordinates become binary words
+    # here, so that their one-hots are not kept alive until the datapath reads them
+    def thread_units(f) -> list:
+        return [lib.and_unit([(cur_w, w), (cur_l, l), (cur_bx, bx)], ((f(w * L + l, bx), 1), (0, -1)))
+                for w in range(NW) for l in range(L) for bx in range(1, T + 1) if f(w * L + l, bx)]
     tid = c.gate("tid", T, 0, [lib.and_unit([(cur_w, w), (cur_l, l)], ((w * L + l, 1), (0, -1)))
                                 for w in range(NW) for l in range(L) if w or l])
-    tid_word, lane_word = _word_of_onehot(tid, "tid"), _word_of_onehot(cur_l, "lane")
-    n_word, warp_word = _word_of_onehot(cur_n, "ntid"), _word_of_onehot(cur_w, "warpid")
-    specials = [tid_word, zero, n_word, one, zero, zero, one, one, lane_word, warp_word, tid_word][:fmt.specials]
+    tid_x = c.gate("tid.x", T, 0, thread_units(lambda t, bx: t % bx))
+    tid_y = c.gate("tid.y", T, 0, thread_units(lambda t, bx: t // bx))
+
+    specials = [_word_of_onehot(tid_x, "tid.x"), _word_of_onehot(tid_y, "tid.y"),
+                _word_of_onehot(cur_bx, "ntid.x"), _word_of_onehot(cur_by, "ntid.y"),
+                cx_word, cy_word, gx_word, gy_word,
+                _word_of_onehot(cur_l, "lane"), _word_of_onehot(cur_w, "warpid"), _word_of_onehot(tid, "tid")]
+    specials = specials[:fmt.specials]
 
     # ---- datapath, data memory ------------------------------------------------------------------------
     # the outbox: every slot result and the load, kept for the write-back tokens; its read-back is also
@@ -211,7 +279,8 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     is_mem_tok = _kind_is(kind, "mem")
     data_waddr = c.gate("mem.w", N + 2, N,
                         [lib.and_unit([(is_init, 1)], ((N + 1, 1), (N, -1)))]
-                        + [lib.and_unit([(is_mem_tok, 1), (x_mem, a)], ((a, 1), (N, -1))) for a in range(N)]
+                        + [lib.and_unit([(is_mem_tok, 1)] + [(g, a >> k & 1) for k, g in enumerate(x_mem)],
+                                        ((a, 1), (N, -1))) for a in range(N)]
                         + [lib.and_unit(stores + [(word_at, a)], ((a, 1), (N, -1))) for a in range(N)]
                         + [lib.and_unit(records + [(word_at, a)], ((a, 1), (N, -1))) for a in range(N)])
     store_now = [c.gate(f"mem.v[{i}]", 3, ABSENT,
@@ -238,11 +307,12 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     pc_new = c.gate("pc.new", B, 0, pc_units)
     exited_new = c.gate("exited.new", 2, 0, [lib.and_unit([(is_exec, 1), tk["EXIT"]], lib.SET)])
     NL = NW * L
-    wt_waddr = c.gate("lanes.w", NL + 2, NL, [lib.and_unit([(is_init, 1)], ((NL + 1, 1), (NL, -1)))]
+    fresh = [[(is_init, 1)], [(cta_first, 1)]]     # the tokens that initialise the warp tables
+    wt_waddr = c.gate("lanes.w", NL + 2, NL, [lib.and_unit(f, ((NL + 1, 1), (NL, -1))) for f in fresh]
                       + [lib.and_unit([(is_exec, 1), (fault, 0), (cur_w, w), (cur_l, l)], ((w * L + l, 1), (NL, -1)))
                          for w in range(NW) for l in range(L)])
     table = c.access(c.memory("lanes", NL, (B, 2)), wt_waddr, [pc_new, exited_new],
-                     [Product((cur_w, _const_row(L, j)), (NW, L)) for j in range(L)])
+                     [Product((cur_w, _const_row(L, j)), (NW, L)) for j in range(L)], reset=cta_first)
     pcs, exited = [t[0] for t in table], [t[1] for t in table]
 
     # ---- scheduler: within the warp's step, then its turn, then the next warp (machine.interp's rule) ----
@@ -287,15 +357,15 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     # next step's first EXEC): done, barrier parity it waits for (this EXEC's parity, flipped by a BAR block),
     # and the block and lane its next step starts at
     done_new = c.gate("done.new", 2, 0, [lib.and_unit([(is_exec, 1)] + [(first[i], 0) for i in range(L)], lib.SET)])
-    bar_new = c.gate("bar.new", 2, 0, [lib.and_unit([(cur_p, 0), (is_bar, 1)], lib.SET),
-                                       lib.and_unit([(cur_p, 1), (is_bar, 0)], lib.SET)])
+    bar_new = c.gate("bar.new", 2, 0, [lib.and_unit([(is_exec, 1), (cur_p, 0), (is_bar, 1)], lib.SET),
+                                       lib.and_unit([(is_exec, 1), (cur_p, 1), (is_bar, 0)], lib.SET)])
     nb_new = c.gate("nb.new", B, 0, [lib.and_unit([(first[i], 1), (pcs[i], v)], ((v, 1), (0, -1)))
                                      for i in range(L) for v in range(1, B)])
     nl_new = c.gate("nl.new", L, 0, [lib.and_unit([(first[i], 1)], ((i, 1), (0, -1))) for i in range(1, L)])
-    ws_waddr = c.gate("warps.w", NW + 2, NW, [lib.and_unit([(is_init, 1)], ((NW + 1, 1), (NW, -1)))]
+    ws_waddr = c.gate("warps.w", NW + 2, NW, [lib.and_unit(f, ((NW + 1, 1), (NW, -1))) for f in fresh]
                       + [lib.and_unit([(is_exec, 1), (fault, 0), (cur_w, w)], ((w, 1), (NW, -1))) for w in range(NW)])
     status = c.access(c.memory("warps", NW, (2, 2, B, L)), ws_waddr, [done_new, bar_new, nb_new, nl_new],
-                      [_const_row(NW, v) for v in range(NW)])
+                      [_const_row(NW, v) for v in range(NW)], reset=cta_first)
     exists = [decode_view(cur_n, 2, lambda e, v=v: int(v * L < e), f"n>{v * L}") for v in range(NW)]
     waiting = [c.gate(f"waiting{v}", 2, 0, [lib.and_unit([(exists[v], 1), (status[v][0], 0)], lib.SET)])
                for v in range(NW)]
@@ -339,7 +409,7 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
 
     # ---- outbox and write-back pointer --------------------------------------------------------------
     ptr_value = c.gate("ptr.v", W + 1, 0, [lib.and_unit([(ends, 1), (x_e, e)], ((e + 1, 1), (0, -1))) for e in range(W)])
-    (ptr,) = c.access(c.memory("ptr", 1, (W + 1,)), _row0_when(kind, "exec", "w3", "w1", "init"), [ptr_value],
+    (ptr,) = c.access(c.memory("ptr", 1, (W + 1,)), _row0_when(kind, "exec", "w3", "w1", "init", "cta"), [ptr_value],
                       [_const_row(1, 0)])[0]
 
     # ---- the next token's code ------------------------------------------------------------------------
@@ -375,15 +445,23 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
 
     def to(n: str) -> tuple:
         return ((K[n], 1), (K["halt"], -1))
+    # the CTA is over (no warp has work left) on the token that ends its last lane step; another CTA follows
+    # unless this is the last one: then its cta tokens come, one per warp from the block's last warp down
+    cta_over = [[k["exec"], (after, 1), (dec_kind, 0), (last_cta, 0)],
+                [(ends, 1), (after, 1), (nxt_kind, 0), (last_cta, 0)]]
+    warp_above0 = decode_view(cur_w, 2, lambda w: int(w > 0), "warp>0")
     kind_out = c.gate("out.kind", len(KINDS), K["halt"], [
         lib.and_unit([(starts, 1), (fits, 0)], to("wa")),
         lib.and_unit([(starts, 1), (fits, 1)], to("w1")),
         lib.and_unit([k["exec"], (after, 1), (dec_kind, 1)], to("exec")),
         lib.and_unit([k["exec"], (fault, 1)], to("fault")),
         lib.and_unit([k["go"]], to("exec")),       # the first EXEC: block 0, lane 0, warp 0, parity 0
+        lib.and_unit([k["cta"], (cur_w, 0)], to("exec")),      # the CTA's first EXEC, likewise
+        lib.and_unit([k["cta"], (warp_above0, 1)], to("cta")),
         lib.and_unit([k["wa"]], to("wb")),
         lib.and_unit([k["wb"]], to("w3")),
-        lib.and_unit([(ends, 1), (after, 1), (nxt_kind, 1)], to("exec"))])
+        lib.and_unit([(ends, 1), (after, 1), (nxt_kind, 1)], to("exec"))]
+        + [lib.and_unit(over, to("cta")) for over in cta_over])
 
     def exec_field(name: str, size: int, decided: Group, kept: Group) -> Group:
         """A field of the next EXEC: decided on the EXEC token that ends the lane's tokens, else kept in `next`;
@@ -394,7 +472,17 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
                       + [lib.and_unit([(ends, 1), (after, 1), (nxt_kind, 1), (kept, v)], ((v, 1), (0, -1)))
                          for v in range(1, size)])
     b_out, l_out = exec_field("b", B, dec_b, nxt_b), exec_field("l", L, dec_l, nxt_l)
-    w_out, p_out = exec_field("w", NW, dec_w, nxt_w), exec_field("p", 2, dec_p, nxt_p)
+    p_out = exec_field("p", 2, dec_p, nxt_p)
+    # w: the next EXEC's warp, or a cta token's warp (the block's last, then one down each token)
+    w_out = c.gate("out.w", NW, 0,
+                   [lib.and_unit([k["exec"], (after, 1), (dec_kind, 1), (dec_w, v)], ((v, 1), (0, -1)))
+                    for v in range(1, NW)]
+                   + [lib.and_unit([(ends, 1), (after, 1), (nxt_kind, 1), (nxt_w, v)], ((v, 1), (0, -1)))
+                      for v in range(1, NW)]
+                   + [lib.and_unit(over + [(top_warp, v)], ((v, 1), (0, -1))) for over in cta_over for v in range(1, NW)]
+                   + [lib.and_unit([k["cta"], (cur_w, v + 1)], ((v, 1), (0, -1))) for v in range(1, NW - 1)])
+    # the payload: a write-back's bits (decided by layer ~30, kept), or the next cta token's coordinates
+    cta_next = cta_over + [[k["cta"], (warp_above0, 1)]]
     e_out = c.gate("out.e", W, 0, [lib.and_unit([k["wb"], (ptr, e)], ((e, 1), (0, -1))) for e in range(1, W)]
                    + [lib.and_unit([(starts, 1), (fits, 1), (estar, e)], ((e, 1), (0, -1))) for e in range(1, W)])
     pay_out = []
@@ -403,15 +491,20 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
                  lib.and_unit([k["wa"], (value[PAY_BITS + i], 1)], lib.SET)]
         if 2 * PAY_BITS + i < 32:
             units.append(lib.and_unit([k["wb"], (value[2 * PAY_BITS + i], 1)], lib.SET))
-        pay_out.append(c.gate(f"out.pay[{i}]", 2, 0, units))
+        wb_pay = c.gate(f"wb.pay[{i}]", 2, 0, units)
+        pay_out.append(c.gate(f"out.pay[{i}]", 2, 0, [lib.and_unit([(wb_pay, 1)], lib.SET)]
+                              + ([lib.and_unit(when + [(cta_pay[i], 1)], lib.SET) for when in cta_next]
+                                 if i < len(cta_pay) else [])))
     outs = {"kind": kind_out, "b": b_out, "l": l_out, "w": w_out, "p": p_out, "e": e_out, "pay": pay_out}
     pairs = [(outs[n], code_in[n]) for n in ("kind", "b", "l", "w", "p", "e")]
     pairs += list(zip(pay_out, code_in["pay"]))
     for g, _ in pairs:
         c.output(g)
     inputs = {"kind": kind, "pay": pay, **{f"{r}_pay": g for r, g in wpay.items()}, "x_b": x_b, "x_l": x_l, "x_e": x_e, "x_rom": x_rom,
-              "x_mem": x_mem, "x_n": x_n, "x_w": x_w, "x_p": x_p}
-    probes = {"cur_b": cur_b, "cur_l": cur_l, "cur_w": cur_w, "cur_p": cur_p, "status": status, "results": out.results, "loaded": loaded, "address": addr,
+              "x_mem": x_mem, "x_n": x_n, "x_bx": x_bx, "x_by": x_by, "x_cx": x_cx, "x_cy": x_cy, "x_w": x_w,
+              "x_p": x_p}
+    probes = {"cur_b": cur_b, "cur_l": cur_l, "cur_w": cur_w, "cur_p": cur_p, "cur_cx": cur_cx, "cur_cy": cur_cy,
+              "status": status, "results": out.results, "loaded": loaded, "address": addr,
               "cond": out.cond, "fault": fault, "pcs": pcs, "exited": exited, "outs": outs}
     return GpuCircuit(spec, c, inputs, code_in, OutputCode(pairs), data_mem, rom_mems, probes)
 

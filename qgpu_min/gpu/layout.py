@@ -9,11 +9,15 @@ from .datapath import CoreFormat
 # Token kinds. Prompt: init w (the first tokens, one per warp, last warp first: each initialises every
 # memory, and warp w's rows of the register file), pay (12 payload bits),
 # rom / mem (write the word assembled from the three preceding pay tokens into a ROM row / a memory
-# word), launch (the launch shape), go (end of the prompt: the model answers with the first EXEC).
-# Generated: exec (run a block for one lane of one warp; it carries the barrier parity), wa / wb / w3 (a register write-back: bits 0-11, 12-23,
-# 24-31; the w3 token writes the register), w1 (a whole write-back of a value in [-128, 128)), halt,
-# fault (a memory access outside memory or misaligned).
-KINDS = ("init", "pay", "rom", "mem", "launch", "go", "exec", "wa", "wb", "w3", "w1", "halt", "fault")
+# word), launch (the block shape), grid (the grid shape), go (end of the prompt: the model answers with
+# the first EXEC).
+# Generated: exec (run a block for one lane of one warp; it carries the barrier parity), wa / wb / w3 (a
+# register write-back: bits 0-11, 12-23, 24-31; the w3 token writes the register), w1 (a whole write-back
+# of a value in [-128, 128)), cta (the next CTA begins: one per warp of the block, last warp first, each
+# clearing that warp's registers as init does; it names the CTA), halt, fault (a memory access outside
+# memory or misaligned).
+KINDS = ("init", "pay", "rom", "mem", "launch", "grid", "go", "exec", "wa", "wb", "w3", "w1", "cta", "halt",
+         "fault")
 PAY_BITS = 12
 SMALL_BITS = 8        # a w1 token carries a whole write-back whose value is an 8-bit signed number
 # payload bits each write-back token kind carries: bits 0-11, 12-23, 24-31 of a word, or a small value
@@ -33,11 +37,17 @@ class GpuSpec:
     lanes: int = 4
     warps: int = 4            # per CTA (a power of 4: the register file's per-warp init keys 4^k rows)
     regs: int = 16            # per lane, r15 reads zero
+    ctas: int = 64            # per launch (a grid of at most this many CTAs, each coordinate below it)
 
     @property
     def threads(self) -> int:
         """Threads of a CTA at most."""
         return self.warps * self.lanes
+
+    @property
+    def cta_bits(self) -> int:
+        """Bits of one CTA coordinate; a cta token's code carries both in its payload bits."""
+        return bits_for(self.ctas)
 
     @property
     def wb_entries(self) -> int:

@@ -55,11 +55,11 @@ def compile_gpu(spec: GpuSpec = GpuSpec(), shape: BaseShape = BaseShape()) -> Co
 
 
 class TooManyTokens(GpuLaunchError):
-    """The model kept generating past the token limit; block, lane and warp of its last EXEC."""
+    """The model kept generating past the token limit; block, lane and warp of its last EXEC, and its CTA."""
 
-    def __init__(self, message: str, block: int, lane: int, warp: int) -> None:
+    def __init__(self, message: str, block: int, lane: int, warp: int, cta: tuple[int, int] = (0, 0)) -> None:
         super().__init__(message)
-        self.block, self.lane, self.warp = block, lane, warp
+        self.block, self.lane, self.warp, self.cta = block, lane, warp, cta
 
 
 @dataclass
@@ -85,14 +85,15 @@ def run_launch(cg: CompiledGpu, prompt: list[Token], mode: str = "fp32", max_gen
             on_token(len(generated) - 1, t, state)
         if t[0] in ("halt", "fault"):
             break
-        if t[0] not in ("exec", "wa", "wb", "w3", "w1"):
+        if t[0] not in ("exec", "wa", "wb", "w3", "w1", "cta"):
             raise GpuLaunchError(f"generated token {len(generated) - 1} is {token_name(t)}, which the protocol does "
                                  f"not allow during a launch (tokens so far: "
                                  f"{' '.join(token_name(x) for x in generated[-8:])})")
         if len(generated) >= max_generated:
             last = next((x for x in reversed(generated) if x[0] == "exec"), ("exec", 0, 0, 0, 0))
+            cta = next((x[1:3] for x in reversed(generated) if x[0] == "cta"), (0, 0))
             raise TooManyTokens(f"the launch did not halt within {max_generated} generated tokens", last[1], last[2],
-                                last[3])
+                                last[3], cta)
         logits = model.decode(state, vocab.id(t))
     rows = memory_rows(cg.plan, cg.data_op, state.recurrent)
     words = [int(sum(int(b) << i for i, b in enumerate(r))) for r in rows]

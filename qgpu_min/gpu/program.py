@@ -74,9 +74,27 @@ def _word_tokens(word: int) -> list[Token]:
     return [("pay", word & m), ("pay", (word >> PAY_BITS) & m), ("pay", (word >> 2 * PAY_BITS) & m)]
 
 
-def prompt(program: Program, memory: list[int], threads: int, spec: GpuSpec) -> list[Token]:
+def launch_shape(grid: tuple[int, int], block: tuple[int, int] | int, spec: GpuSpec) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(grid, block) as 2-D shapes, refused (CapacityError naming the limit) when over the GPU's capacities."""
+    block = (block, 1) if isinstance(block, int) else tuple(block)
+    grid = tuple(grid)
+    threads, ctas = block[0] * block[1], grid[0] * grid[1]
+    if min(block) < 1 or threads > spec.threads:
+        raise CapacityError(f"the GPU in the weights runs a CTA of 1..{spec.threads} threads ({spec.warps} warps of "
+                            f"{spec.lanes}); the block is {block[0]}x{block[1]} = {threads} threads "
+                            f"(use --backend interp for larger blocks)")
+    if min(grid) < 1 or ctas > spec.ctas:
+        raise CapacityError(f"the GPU in the weights runs a grid of 1..{spec.ctas} CTAs; the grid is "
+                            f"{grid[0]}x{grid[1]} = {ctas} CTAs (use --backend interp for larger grids)")
+    return grid, block
+
+
+def prompt(program: Program, memory: list[int], block: tuple[int, int] | int, spec: GpuSpec,
+           grid: tuple[int, int] = (1, 1)) -> list[Token]:
     """init (one per warp, the last warp first), the ROM (nonzero words only: init clears every row), the
-    memory image (nonzero words within the GPU's memory), the launch shape, go."""
+    memory image (nonzero words within the GPU's memory), the block shape, the grid shape (unless 1x1), go. `block`: (x, y),
+    or a thread count for a 1-D block."""
+    grid, block = launch_shape(grid, block, spec)
     toks: list[Token] = [("init", w) for w in reversed(range(spec.warps))]
     for m, (name, words) in enumerate(rom_image(program, spec).items()):
         for b, w in enumerate(words):
@@ -87,10 +105,8 @@ def prompt(program: Program, memory: list[int], threads: int, spec: GpuSpec) -> 
             toks += _word_tokens(w) + [("mem", a)]
         elif w:
             raise CapacityError(f"memory word {a} is in use; the GPU has {spec.mem_words} words")
-    if not 1 <= threads <= spec.threads:
-        raise CapacityError(f"the GPU runs a CTA of 1..{spec.threads} threads ({spec.warps} warps of {spec.lanes}), "
-                            f"the launch has {threads}")
-    return toks + [("launch", threads), ("go",)]
+    # init leaves a 1x1 grid: a single CTA's launch needs no grid token
+    return toks + [("launch", *block)] + ([("grid", *grid)] if grid != (1, 1) else []) + [("go",)]
 
 
 def check_supported(program: Program, spec: GpuSpec) -> None:

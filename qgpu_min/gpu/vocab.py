@@ -1,7 +1,9 @@
 """The GPU's token vocabulary: every token, its embedding fields, its output code, and its name.
 
-A token is a tuple: ("init", w), ("pay", v), ("rom", m, b), ("mem", a), ("launch", n), ("go",),
-("exec", b, l, w, p) (block, lane, warp, barrier parity), ("wa", v), ("wb", v), ("w3", e, v), ("w1", e, v), ("halt",), ("fault",). Its embedding sets every
+A token is a tuple: ("init", w), ("pay", v), ("rom", m, b), ("mem", a), ("launch", bx, by) (the block
+shape), ("grid", gx, gy), ("go",), ("exec", b, l, w, p) (block, lane, warp, barrier parity), ("wa", v),
+("wb", v), ("w3", e, v), ("w1", e, v), ("cta", x, y, w) (CTA (x, y) begins; clears warp w), ("halt",),
+("fault",). Its embedding sets every
 input group of the circuit (core.build): the fields it carries, defaults elsewhere; its code groups say
 which token it is, so the circuit's output code picks it by argmax.
 """
@@ -23,21 +25,37 @@ def all_tokens(spec: GpuSpec) -> list[Token]:
     toks += [("pay", v) for v in range(1 << PAY_BITS)]
     toks += [("rom", m, b) for m in range(n_rom) for b in range(spec.blocks)]
     toks += [("mem", a) for a in range(spec.mem_words)]
-    toks += [("launch", n) for n in range(1, spec.threads + 1)]
+    toks += [("launch", x, y) for x, y in _shapes(spec.threads)]
+    toks += [("grid", x, y) for x, y in _shapes(spec.ctas)]
     toks += [("go",)]
     toks += [("exec", b, l, w, p) for b in range(spec.blocks) for w in range(spec.warps) for l in range(spec.lanes)
              for p in (0, 1)]
     toks += [("wa", v) for v in range(1 << PAY_BITS)] + [("wb", v) for v in range(1 << PAY_BITS)]
     toks += [("w3", e, v) for e in range(spec.wb_entries) for v in range(256)]
     toks += [("w1", e, v) for e in range(spec.wb_entries) for v in range(1 << SMALL_BITS)]
+    toks += [("cta", x, y, w) for x, y in _shapes(spec.ctas) for x, y in [(x - 1, y - 1)] for w in range(spec.warps)]
     toks += [("halt",), ("fault",)]
     return toks
+
+
+def _shapes(most: int) -> list[tuple[int, int]]:
+    """(x, y) with x * y <= most: the 2-D shapes of at most `most` elements."""
+    return [(x, y) for y in range(1, most + 1) for x in range(1, most // y + 1)]
+
+
+def cta_payload(x: int, y: int, spec: GpuSpec) -> int:
+    """The payload bits of a cta token's code: its coordinates, x in the low bits."""
+    return x | y << spec.cta_bits
 
 
 def token_name(t: Token) -> str:
     kind = t[0]
     if kind == "exec":
         return f"EXEC b={t[1]} w={t[3]} l={t[2]} p={t[4]}"
+    if kind == "cta":
+        return f"CTA x={t[1]} y={t[2]} w={t[3]}"
+    if kind in ("launch", "grid"):
+        return f"{kind.upper()} {t[1]}x{t[2]}"
     if kind in ("w3", "w1"):
         return f"{kind.upper()} e={t[1]} v={t[2]}"
     if kind == "rom":
@@ -72,9 +90,11 @@ class Vocab:
         n_rom = len(rom_rows(spec))
         kind = t[0]
         f = {inp["kind"]: KINDS.index(kind), inp["x_b"]: 0, inp["x_l"]: 0, inp["x_e"]: 0,
-             inp["x_rom"]: n_rom * spec.blocks, inp["x_mem"]: spec.mem_words, inp["x_n"]: 0, inp["x_w"]: 0,
+             inp["x_rom"]: n_rom * spec.blocks, inp["x_n"]: 0, inp["x_w"]: 0,
+             inp["x_bx"]: 0, inp["x_by"]: 0, inp["x_cx"]: 0, inp["x_cy"]: 0,
              inp["x_p"]: 0, code["kind"]: KINDS.index(kind), code["b"]: 0, code["l"]: 0, code["w"]: 0, code["p"]: 0,
              code["e"]: 0}
+        f.update({g: 0 for g in inp["x_mem"]})
         pay, cpay = [ABSENT] * PAY_BITS, [0] * PAY_BITS
         wpay = {r: [ABSENT] * n for r, n in WB_PAYLOADS.items()}
         if kind == "init":
@@ -85,9 +105,15 @@ class Vocab:
         elif kind == "rom":
             f[inp["x_rom"]] = t[1] * spec.blocks + t[2]
         elif kind == "mem":
-            f[inp["x_mem"]] = t[1]
+            f.update({g: t[1] >> k & 1 for k, g in enumerate(inp["x_mem"])})
         elif kind == "launch":
-            f[inp["x_n"]] = t[1]
+            f[inp["x_n"]], f[inp["x_bx"]], f[inp["x_by"]] = t[1] * t[2], t[1], t[2]
+        elif kind == "grid":
+            f[inp["x_cx"]], f[inp["x_cy"]] = t[1] - 1, t[2] - 1
+        elif kind == "cta":
+            f[inp["x_cx"]], f[inp["x_cy"]] = t[1], t[2]
+            f[inp["x_w"]] = f[code["w"]] = t[3]
+            cpay = _bits(cta_payload(t[1], t[2], spec))
         elif kind == "exec":
             f[inp["x_b"]] = f[code["b"]] = t[1]
             f[inp["x_l"]] = f[code["l"]] = t[2]
@@ -117,7 +143,8 @@ class Vocab:
         kind = KINDS[code["kind"]]
         v = sum(b << i for i, b in enumerate(code["pay"]))
         t = {"exec": ("exec", code["b"], code["l"], code["w"], code["p"]), "wa": ("wa", v), "wb": ("wb", v),
-             "w3": ("w3", code["e"], v), "w1": ("w1", code["e"], v)}.get(kind, (kind,))
+             "w3": ("w3", code["e"], v), "w1": ("w1", code["e"], v),
+             "cta": ("cta", v & ((1 << self.spec.cta_bits) - 1), v >> self.spec.cta_bits, code["w"])}.get(kind, (kind,))
         if t not in self.ids:
             raise ValueError(f"the circuit produced code {code}, which names no token")
         own = self.fields(t)
