@@ -22,6 +22,7 @@ from ..machine.isa import (MACHINE_FORMAT, MEM_WORDS, N_PRE, STORE_OPS, ZERO, Bl
                            Instr, Program, Term, annotate_liveness, check_block_format, check_program,
                            live_in_reads)
 from .lower_cfg import build_blocks, exit_directly, layout, thread_jumps
+from .lower_expand import expand_missing_ops
 from .lower_ir import RZ, MemoryLayout, V
 from .lower_ops import Lowerer
 from .lower_opt import optimize
@@ -337,7 +338,7 @@ def _branch_reg(term: V, colour: dict[str, int]) -> int:
 def lower(module: PtxModule, kernel: Function, fmt: BlockFormat = MACHINE_FORMAT) -> Lowered:
     """The machine program for ``kernel``; every block obeys ``fmt`` (default: the machine's own format)."""
     lay = memory_layout(module, kernel)
-    code = Lowerer(module, kernel, lay).lower_kernel()
+    code = expand_missing_ops(Lowerer(module, kernel, lay).lower_kernel(), fmt)
     blocks = thread_jumps(build_blocks(code))
     if fmt.writeback_cost:
         rematerialise(blocks)
