@@ -211,7 +211,7 @@ def _loop(t: int, bx: int) -> int:
     return acc
 
 
-@pytest.mark.parametrize("grid,block,mode", [((3, 2), (2, 3), "fp32"), ((2, 1), (5, 1), "bf16"),
+@pytest.mark.parametrize("grid,block,mode", [((2, 2), (2, 3), "fp32"), ((2, 1), (5, 1), "bf16"),
                                              ((1, 3), (3, 1), "fp32")])
 def test_grids_of_ctas_and_2d_blocks_are_exact_under_check(tmp_path, grid, block, mode):
     """CTAs one after another (x fastest), each starting from zeroed registers and fresh warp tables (the
