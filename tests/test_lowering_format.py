@@ -104,12 +104,31 @@ def test_check_block_format_names_block_and_rule() -> None:
     for block, message in broken:
         with pytest.raises(CapacityError, match=message):
             check_block_format(_program(ok, block), fmt)
+    atomic = replace(BlockFormat(max_reads=4, atomic_reads=3), mem_ops=None)
+    atom = Block(pre=[Instr("ADD", 1, 2, 3)], mem=Instr("ATOM.ADD", 4, 5, 6))
+    check_block_format(_program(ok, Block(pre=[Instr("ADD", 1, 2, 3), xor])), atomic)   # 4 reads, no atomic
+    with pytest.raises(CapacityError, match=r"reads 4 registers .* a block with an atomic allows 3 \(over by 1\)"):
+        check_block_format(_program(ok, atom), atomic)
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_atomic_blocks_keep_a_read_port_free(compiler: str) -> None:
+    """atomic_reads=3 (the GPU's format): every block holding an atomic reads at most 3 registers, and the
+    atomics kernels still run exactly."""
+    fmt = BlockFormat(n_pre=3, n_post=2, max_reads=4, atomic_reads=3)
+    for name in ("histogram_shared", "atomic_minmax", "dot_atomic-dot"):
+        case = BY_ID[name]
+        kernel = _lowered(case, compiler, fmt)
+        check_block_format(kernel.program, fmt)
+        assert any(b.mem is not None and b.mem.op.startswith("ATOM.") for b in kernel.program.blocks)
+        run_case(case, compiler, _default_shapes(case)[0], kernel)
 
 
 def test_block_format_validation() -> None:
     assert BlockFormat(n_pre=1, n_post=0, pre_ops=({"ADD"},)).pre_ops == (frozenset({"ADD"}),)
     assert hash(NARROW) == hash(replace(NARROW))
     for bad in (dict(n_pre=N_PRE + 1), dict(n_post=-1), dict(max_reads=2), dict(n_pre=2, pre_ops=(None,)),
-                dict(n_pre=1, pre_ops=({"LD"},)), dict(mem_ops={"ADD"})):
+                dict(n_pre=1, pre_ops=({"LD"},)), dict(mem_ops={"ADD"}),
+                dict(max_reads=4, atomic_reads=5), dict(atomic_reads=2)):
         with pytest.raises(MachineError):
             BlockFormat(**bad)

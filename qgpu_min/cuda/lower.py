@@ -163,7 +163,8 @@ def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = 
         return out
 
     def within_reads(placed: list[Instr], ins: Instr) -> bool:
-        return fmt.max_reads is None or len(live_in_reads(placed + [ins])) <= fmt.max_reads
+        limit = fmt.read_limit(placed + [ins])
+        return limit is None or len(live_in_reads(placed + [ins])) <= limit
 
     def candidates(here: set[int], keep: Callable[[int], bool] = lambda k: True,
                    mem_next: int | None = None) -> list[int]:
@@ -265,7 +266,8 @@ def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = 
             used = set().union(*(consts[k] for k in members))
             pre, post = prune(pre, used), prune(post, used)
         chunks.append((slots(pre), ops[mem] if mem is not None else None, slots(post)))
-    if chunks and fmt.max_reads is not None and len(live_in_reads(placed, branch_reg)) > fmt.max_reads:
+    limit = fmt.read_limit(placed)
+    if chunks and limit is not None and len(live_in_reads(placed, branch_reg)) > limit:
         chunks.append(([], None, []))
     return chunks or [([], None, [])]
 

@@ -222,10 +222,15 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
 
     def in_warp(a: Group, every: int | None = None) -> Product:
         return Product((reg_wwarp if every is not None else cur_w, a), (NW, L * R), (None, every))
-    reg_raddr = [c.gate(f"regs.r{i}", L * R, 0, [lib.and_unit([(cur_l, l), (read_reg[i], r)], ((l * R + r, 1), (0, -1)))
-                                                   for l in range(L) for r in range(R) if l or r])
+    # the last read port doubles as the record's scratch read on a write-back's last token (a block with an
+    # atomic reads at most reads - 1 registers: program.block_format), which recomputes the address from the others
+    scratch_port = fmt.reads - 1
+    reg_raddr = [c.gate(f"regs.r{i}", L * R, 0, [lib.and_unit([(cur_l, l), (read_reg[i], r)] + ([(ends, 0)] if i == scratch_port else []),
+                                                               ((l * R + r, 1), (0, -1)))
+                                                  for l in range(L) for r in range(R) if l or r]
+                        + ([lib.and_unit([(ends, 1), (cur_l, l)], ((l * R + RECORD_REG, 1), (0, -1))) for l in range(L)]
+                           if i == scratch_port else []))
                  for i in range(fmt.reads)]
-    scratch_raddr = decode_view(cur_l, L * R, lambda l: l * R + RECORD_REG, "regs.scratch")
     # 'now' source: 0 on init and cta, a w1's sign-extended small value; the alternative: a w3's three tokens
     reg_now = [c.gate(f"regs.now[{i}]", 3, ABSENT,
                       [lib.and_unit([(clears, 1)], ((0, 1), (ABSENT, -1)))]
@@ -233,9 +238,9 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
                          for v in (0, 1)]) for i in range(32)]
     assembled = [(i, wpay[r][i - lo], tap) for r, lo, tap in (("wa", 0, 2), ("wb", PAY_BITS, 1), ("w3", 2 * PAY_BITS, 0))
                  for i in range(lo, min(lo + PAY_BITS, 32))]
-    *regs, scratch = c.access(c.memory("regs", NW * L * R, (2,) * 32), in_warp(reg_waddr, L * R + 1), reg_now,
-                              [in_warp(a) for a in reg_raddr + [scratch_raddr]], alternatives=assembled,
-                              reset=cta_first)
+    regs = c.access(c.memory("regs", NW * L * R, (2,) * 32), in_warp(reg_waddr, L * R + 1), reg_now,
+                    [in_warp(a) for a in reg_raddr], alternatives=assembled, reset=cta_first)
+    scratch = regs[scratch_port]
     # a W3 whose entry is the record (register r15) writes the assembled word to memory too
     record = c.gate("record", 2, 0, [lib.and_unit([(ends, 1), (x_e, e), (wb_reg[e], RECORD_REG)], lib.SET)
                                      for e in range(W)])

@@ -23,7 +23,9 @@ def block_format(spec: GpuSpec) -> BlockFormat:
     f = spec.fmt
     pre = tuple(frozenset(f.opcodes(k)) for k in range(f.pre))
     post = tuple(frozenset(f.opcodes(k)) for k in range(f.pre, f.slots))
-    return BlockFormat(f.pre, f.post, pre, post, f.reads, frozenset(GPU_MEM_OPS), writeback_cost=True)
+    # an atomic's record write-back reads its scratch row through the last read port (core.py)
+    return BlockFormat(f.pre, f.post, pre, post, f.reads, frozenset(GPU_MEM_OPS), writeback_cost=True,
+                       atomic_reads=f.reads - 1)
 
 
 def _pack(fields: list[tuple[str, int]], values: dict[str, int]) -> int:

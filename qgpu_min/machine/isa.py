@@ -268,6 +268,9 @@ class BlockFormat:
     # write-back token per such register per lane): the lowering then recomputes per-thread constants
     # (parameters, literals, S2R values) where they are read instead of keeping them in registers
     writeback_cost: bool = False
+    # the most a block holding an atomic may read (the GPU reads the atomic's record through a read port);
+    # None: max_reads
+    atomic_reads: int | None = None
 
     def __post_init__(self) -> None:
         if not (0 <= self.n_pre <= N_PRE and 0 <= self.n_post <= N_POST):
@@ -288,6 +291,10 @@ class BlockFormat:
         # a single instruction reads up to 3 registers: below that some instruction fits no block
         if self.max_reads is not None and self.max_reads < 3:
             raise MachineError(f"block format: max_reads={self.max_reads}, at least 3 is needed")
+        if self.atomic_reads is not None and not (
+                3 <= self.atomic_reads and (self.max_reads is None or self.atomic_reads <= self.max_reads)):
+            raise MachineError(f"block format: atomic_reads={self.atomic_reads}, needs 3..max_reads "
+                               f"({self.max_reads})")
         if self.mem_ops is not None:
             object.__setattr__(self, "mem_ops", frozenset(self.mem_ops))
             unknown = self.mem_ops - set(MEM_OPS)
@@ -303,6 +310,12 @@ class BlockFormat:
 
     def allows_mem(self, op: str) -> bool:
         return self.mem_ops is None or op in self.mem_ops
+
+    def read_limit(self, instrs: list[Instr]) -> int | None:
+        """The most registers a block holding these instructions may read before writing them."""
+        if self.atomic_reads is not None and any(i.op.startswith("ATOM.") for i in instrs):
+            return self.atomic_reads
+        return self.max_reads
 
     def fits_some_slot(self, op: str) -> bool:
         """Whether some pre or post slot takes ALU op ``op``: else no block of this format can hold it."""
@@ -350,12 +363,14 @@ def check_block_format(program: Program, fmt: BlockFormat) -> None:
         broken = _slot_rule(fmt, i, b)
         if broken:
             raise CapacityError(broken)
-        if fmt.max_reads is not None:
+        limit = fmt.read_limit(b.instrs())
+        if limit is not None:
             reads = live_in_reads(b.instrs(), b.term.ra if b.term.kind == "BR" else ZERO)
-            if len(reads) > fmt.max_reads:
+            if len(reads) > limit:
                 regs = ",".join(f"r{r}" for r in sorted(reads))
+                what = "a block with an atomic" if limit != fmt.max_reads else "the format"
                 raise CapacityError(f"block B{i}: reads {len(reads)} registers before writing them ({regs}), "
-                                    f"the format allows {fmt.max_reads} (over by {len(reads) - fmt.max_reads})")
+                                    f"{what} allows {limit} (over by {len(reads) - limit})")
 
 
 def encode_instr(ins: Instr | None) -> int:
