@@ -122,10 +122,10 @@ def test_a_changed_memory_row_in_the_state_changes_the_result(kernels, monkeypat
 
 def test_limits_and_unsupported_are_refused_before_launching(kernels, tmp_path):
     args, _ = ARGS["vadd"]
-    with pytest.raises(CapacityError, match="a CTA of 1..16 threads .* the block is 17x1 = 17 threads"):
-        launch(kernels["vadd"], args, block=17, backend="circuit")
-    with pytest.raises(CapacityError, match="a CTA of 1..16 threads .* the block is 6x3 = 18 threads"):
-        launch(kernels["vadd"], args, block=(6, 3), backend="circuit")
+    with pytest.raises(CapacityError, match="a CTA of 1..32 threads .* the block is 33x1 = 33 threads"):
+        launch(kernels["vadd"], args, block=33, backend="circuit")
+    with pytest.raises(CapacityError, match="a CTA of 1..32 threads .* the block is 6x6 = 36 threads"):
+        launch(kernels["vadd"], args, block=(6, 6), backend="circuit")
     with pytest.raises(CapacityError, match="a grid of 1..64 CTAs; the grid is 13x5 = 65 CTAs"):
         launch(kernels["vadd"], args, grid=(13, 5), block=4, backend="circuit")
     src = tmp_path / "cas.cu"
@@ -143,7 +143,7 @@ def test_memory_fault_is_an_error_naming_the_block(tmp_path):
 
 MULTI_WARP = """
 __global__ void rotate_sum(const int* x, int* out, int* total) {
-    __shared__ int s[16];
+    __shared__ int s[32];
     int t = threadIdx.x, n = blockDim.x;
     s[t] = x[t];
     __syncthreads();                          // every warp's write is seen by every other warp
@@ -161,7 +161,7 @@ __global__ void rotate_sum(const int* x, int* out, int* total) {
 """
 
 
-@pytest.mark.parametrize("threads,mode", [(7, "fp32"), (16, "fp32"), (10, "bf16")])
+@pytest.mark.parametrize("threads,mode", [(7, "fp32"), (32, "fp32"), (10, "bf16")])
 def test_several_warps_with_barriers_are_exact_under_check(tmp_path, threads, mode):
     """Warps of 4 lanes scheduled as the interpreter does (turns end at a barrier or a loop back edge),
     barriers across warps, a partial last warp; checked token by token against the interpreter."""

@@ -1,7 +1,7 @@
 """The kernel suite on the GPU in the weights (--backend circuit --check), against each case's NumPy
 reference, and token by token, register by register and word by word against the interpreter (check).
 
-A launch the GPU refuses before starting (over one of its limits: more than 64 CTAs or 16 threads per
+A launch the GPU refuses before starting (over one of its limits: more than 64 CTAs or 32 threads per
 CTA, more than 32 blocks or 128 memory words, an op it lacks) is skipped with the refusal as the reason:
 it does not fit. Anything else that goes wrong fails.
 
@@ -17,7 +17,7 @@ from qgpu_min.gpu.program import GpuLaunchError
 from qgpu_min.machine.isa import CapacityError
 from test_kernel_suite import run_case
 
-GPU_THREADS, GPU_CTAS = 16, 64
+GPU_THREADS, GPU_CTAS = 32, 64
 
 
 def _fits_shape(shape: Shape) -> bool:
@@ -51,7 +51,7 @@ def test_representative_kernels_exact_on_the_gpu(name: str, shape: str) -> None:
 
 @pytest.mark.parametrize("name, threads, mode", [("block_reverse", 13, "fp32"), ("reduce_sum", 13, "bf16")])
 def test_suite_kernels_on_several_warps(name: str, threads: int, mode: str) -> None:
-    """The suite runs these at 32 threads or on several CTAs; here one CTA of 4 warps (the last partial)."""
+    """One CTA of several warps, the last partial (the suite's own shapes run in the slow set)."""
     run_on_gpu(_BY_ID[name], Shape((1, 1), (threads, 1)), mode)
 
 

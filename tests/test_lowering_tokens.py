@@ -27,7 +27,7 @@ GPU = block_format(SPEC)
 WIDE = replace(MACHINE_FORMAT, writeback_cost=True)
 DOT_ARGS = [[1, 2, 3], [4, 5, 6], [0], 3]
 DOT_GENERATED = 46          # was 85 before the token-aware lowering
-DOT_PROMPT = 294            # was 363 (one init token per warp since the 4-warp GPU)
+DOT_PROMPT = 291            # was 363; init tokens: one per warp of the block
 
 
 @functools.cache

@@ -221,11 +221,11 @@ def plan(c: Circuit, shape: BaseShape = BaseShape(), keep: list[Group] = (), mlp
             groups[id(op.out)] = op.out
         else:
             layer, need = t_in // 2 + 1, mem_heads(op)
-            if need + 1 > shape.heads:
+            steady = steady_port(op) is not None     # then the layer's ballast change needs no constant head
+            if need + (0 if steady else 1) > shape.heads:
                 raise CircuitError(f"memory {op.mem.name}: {len(op.read_addrs)} read ports x {len(banks(op))} "
-                                   f"banks = {need} heads + a constant head exceed the {shape.heads} heads of a "
-                                   f"layer")
-            steady = steady_port(op) is not None
+                                   f"banks = {need} heads{'' if steady else ' + a constant head'} exceed the "
+                                   f"{shape.heads} heads of a layer")
             while heads.get(layer, 0) + need + (0 if steady or layer in steady_layers else 1) > shape.heads:
                 layer += 1
             heads[layer] = heads.get(layer, 0) + need

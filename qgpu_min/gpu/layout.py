@@ -35,7 +35,7 @@ class GpuSpec:
     blocks: int = 32          # ROM blocks
     mem_words: int = 128      # data memory words
     lanes: int = 4
-    warps: int = 4            # per CTA (a power of 4: the register file's per-warp init keys 4^k rows)
+    warps: int = 8            # per CTA (each init or cta token keys one warp's lanes x regs = 4^3 register rows)
     regs: int = 16            # per lane, r15 reads zero
     ctas: int = 64            # per launch (a grid of at most this many CTAs, each coordinate below it)
 

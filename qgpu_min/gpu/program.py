@@ -93,11 +93,13 @@ def launch_shape(grid: tuple[int, int], block: tuple[int, int] | int, spec: GpuS
 
 def prompt(program: Program, memory: list[int], block: tuple[int, int] | int, spec: GpuSpec,
            grid: tuple[int, int] = (1, 1)) -> list[Token]:
-    """init (one per warp, the last warp first), the ROM (nonzero words only: init clears every row), the
+    """init (one per warp of the block, the last first), the ROM (nonzero words only: init clears every row), the
     memory image (nonzero words within the GPU's memory), the block shape, the grid shape (unless 1x1), go. `block`: (x, y),
     or a thread count for a 1-D block."""
     grid, block = launch_shape(grid, block, spec)
-    toks: list[Token] = [("init", w) for w in reversed(range(spec.warps))]
+    # registers of warps the block does not have are never read: only its own warps need an init token
+    warps = (block[0] * block[1] + spec.lanes - 1) // spec.lanes
+    toks: list[Token] = [("init", w) for w in reversed(range(warps))]
     for m, (name, words) in enumerate(rom_image(program, spec).items()):
         for b, w in enumerate(words):
             if w:
