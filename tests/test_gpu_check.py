@@ -59,11 +59,11 @@ __global__ void acc(const int* x, int* sum, int* old) {
   int i = threadIdx.x;
   old[i] = atomicAdd(&sum[0], x[i]);
 }"""
-# lane i reads 64 * i words past a[k]
+# lane i reads 512 * i words past a[k]
 STRIDE = r"""
 __global__ void stride(const int* a, int* c, int k) {
   int i = threadIdx.x;
-  c[i] = a[(i << 6) + k];
+  c[i] = a[(i << 9) + k];
 }"""
 
 
@@ -180,8 +180,8 @@ def test_expected_tokens_between_ctas() -> None:
     assert list(expected[-1][1].record.memory) == ref.memory
 
 
-def test_expected_tokens_end_in_fault_outside_the_gpu_memory() -> None:
-    # lane 2 reads word 128: inside the machine's memory, outside the GPU's 128 words
+def test_expected_tokens_end_in_fault_outside_the_memory() -> None:
+    # lane 2 reads past word 1024, outside the memory (the machine's and the GPU's)
     image = _image(STRIDE, [list(range(1, 5)), [0] * 4, 0], 4)
     expected = expected_tokens(image.program, image.memory, 4, SPEC)
     assert expected[-1][0] == ("fault",)
@@ -191,7 +191,7 @@ def test_expected_tokens_end_in_fault_outside_the_gpu_memory() -> None:
     step = [(t, i) for t, i in expected if i.step == info.step]
     assert [t[2] for t, _ in step if t[0] == "exec"] == [0, 1, 2]
     assert any(t[0] in ("w1", "w3") and i.lane == 1 for t, i in step)
-    # an access outside the machine's memory too: the interpreter's own fault, at lane 0
+    # every lane outside: the fault at lane 0
     image = _image(STRIDE, [list(range(1, 5)), [0] * 4, 5000], 4)
     expected = expected_tokens(image.program, image.memory, 4, SPEC)
     assert expected[-1][0] == ("fault",) and expected[-2][0][0] == "exec" and expected[-2][1].lane == 0

@@ -136,7 +136,7 @@ def test_limits_and_unsupported_are_refused_before_launching(kernels, tmp_path):
 
 def test_memory_fault_is_an_error_naming_the_block(tmp_path):
     src = tmp_path / "oob.cu"
-    src.write_text("__global__ void oob(int* a) { a[threadIdx.x * 1000] = 1; }\n")
+    src.write_text("__global__ void oob(int* a) { a[threadIdx.x * 3000] = 1; }\n")
     with pytest.raises(interp.MemoryFault, match="block B.*lane 1"):
         launch(compile_kernel(src), [[0, 0]], block=2, backend="circuit")
 

@@ -105,29 +105,42 @@ def _live_ops(c: Circuit, keep: list[Group]) -> list[Gate | MemOp]:
 
 def banks(op: MemOp) -> list[range]:
     """The memory's row ranges, one head per read port each: ROW_CHANNELS rows, or half that when the op
-    can write all rows at once (an all-rows key needs a power of 4 channels >= the bank's rows)."""
-    size = ROW_CHANNELS // 2 if op.writes_all_rows else ROW_CHANNELS
-    return [range(lo, min(lo + size, op.mem.rows)) for lo in range(0, op.mem.rows, size)]
+    can write all rows at once (an all-rows key needs a power of 4 channels >= the bank's rows), or when a
+    product write's 'every' elements would key a count of rows in a full bank that is not a power of 4."""
+    half = op.writes_all_rows or (isinstance(op.write_addr, Product)
+                                  and _every_fault(op, ROW_CHANNELS) and not _every_fault(op, ROW_CHANNELS // 2))
+    return _ranges(op.mem.rows, ROW_CHANNELS // 2 if half else ROW_CHANNELS)
 
 
-def _check_every(op: MemOp) -> None:
-    """A product write with 'every' elements keys all the rows it names in a bank at once: their count per
-    bank must be a power of 4, so each gets exactly 1/2^j of the value (a read's head norm undoes it)."""
+def _ranges(rows: int, size: int) -> list[range]:
+    return [range(lo, min(lo + size, rows)) for lo in range(0, rows, size)]
+
+
+def _every_fault(op: MemOp, bank_rows: int) -> str | None:
+    """Why a product write with 'every' elements, over banks of bank_rows rows, keys a count of rows of a
+    bank that is not a power of 4 (each must get exactly 1/2^j of the value; a read's head norm undoes it)."""
     a = op.write_addr
     if not isinstance(a, Product) or all(ev is None for ev in a.every):
-        return
+        return None
     flexible = [i for i, ev in enumerate(a.every) if ev is not None]
     for mask in range(1, 1 << len(flexible)):
         S = {flexible[j] for j in range(len(flexible)) if mask >> j & 1}
-        for bank in banks(op):
+        for bank in _ranges(op.mem.rows, bank_rows):
             counts: dict[tuple, int] = {}
             for row in bank:
                 key = tuple(d for i, d in enumerate(a.digits(row)) if i not in S)
                 counts[key] = counts.get(key, 0) + 1
             bad = [n for n in counts.values() if n & (n - 1) or (n.bit_length() - 1) % 2]
             if bad:
-                raise CircuitError(f"memory {op.mem.name}: a write through {a.name} with 'every' on parts "
-                                   f"{sorted(S)} keys {bad[0]} rows of a bank; it must be a power of 4")
+                return (f"memory {op.mem.name}: a write through {a.name} with 'every' on parts {sorted(S)} keys "
+                        f"{bad[0]} rows of a bank; it must be a power of 4")
+    return None
+
+
+def _check_every(op: MemOp) -> None:
+    fault = _every_fault(op, len(banks(op)[0]))
+    if fault:
+        raise CircuitError(fault)
 
 
 def steady_port(op: MemOp) -> int | None:

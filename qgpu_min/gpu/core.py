@@ -38,6 +38,7 @@ from ..circuit import lib
 from ..circuit.compile import OutputCode
 from ..circuit.ir import CONST, Circuit, Group, Product, Unit, Word, const_bit, decode_view, onehot_bits, view
 from .datapath import BlockFields, SlotFields, lane_datapath, post_slots
+from ..circuit.ir import ROW_CHANNELS
 from .layout import (ATOM_OPS, KINDS, bits_for, MEM_KINDS, PAY_BITS, RECORD_REG, SMALL_BITS, TERM_KINDS, WB_PAYLOADS,
                      GpuSpec, field_offsets, rom_rows)
 
@@ -251,15 +252,17 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     def thread_units(f) -> list:
         return [lib.and_unit([(cur_w, w), (cur_l, l), (cur_bx, bx)], ((f(w * L + l, bx), 1), (0, -1)))
                 for w in range(NW) for l in range(L) for bx in range(1, T + 1) if f(w * L + l, bx)]
-    tid = c.gate("tid", T, 0, [lib.and_unit([(cur_w, w), (cur_l, l)], ((w * L + l, 1), (0, -1)))
-                                for w in range(NW) for l in range(L) if w or l])
     tid_x = c.gate("tid.x", T, 0, thread_units(lambda t, bx: t % bx))
     tid_y = c.gate("tid.y", T, 0, thread_units(lambda t, bx: t // bx))
 
+    # the linear index warp * lanes + lane: the lane's bits under the warp's (lanes is a power of 2)
+    assert L & (L - 1) == 0, "tid.lin is the lane's bits under the warp's"
+    lane_bits = onehot_bits(cur_l, bits_for(L), "tid.lane")
+    tid_word = (lane_bits + onehot_bits(cur_w, bits_for(NW), "tid.warp") + [const_bit(0)] * 32)[:32]
     specials = [_word_of_onehot(tid_x, "tid.x"), _word_of_onehot(tid_y, "tid.y"),
-                _word_of_onehot(cur_bx, "ntid.x"), _word_of_onehot(cur_by, "ntid.y"),
+                binary_word(cur_bx, "ntid.x"), binary_word(cur_by, "ntid.y"),
                 cx_word, cy_word, gx_word, gy_word,
-                _word_of_onehot(cur_l, "lane"), _word_of_onehot(cur_w, "warpid"), _word_of_onehot(tid, "tid")]
+                _word_of_onehot(cur_l, "lane"), _word_of_onehot(cur_w, "warpid"), tid_word]
     specials = specials[:fmt.specials]
 
     # ---- datapath, data memory ------------------------------------------------------------------------
@@ -273,27 +276,38 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
         return box[name]
     out = lane_datapath(c, fmt, fields, regs, specials, None, "lane", to_outbox)
     addr = out.address
-    word_at = lib.onehot_of_bits(c, addr[2:2 + (spec.mem_words - 1).bit_length()], spec.mem_words, "mem.word")
+    # a word address is (hi, lo): lo names a row of a 64-row bank (the banks of a memory written all at
+    # once), hi the bank; the memory's rows are the product, so no group holds a one-hot of every word
+    N = spec.mem_words
+    nb = bits_for(N)
+    lo_bits = min(nb, bits_for(ROW_CHANNELS // 2))
+    LO, HI = 1 << lo_bits, N >> lo_bits
+    word_lo = lib.onehot_of_bits(c, addr[2:2 + lo_bits], LO, "mem.lo")
+    word_hi = lib.onehot_of_bits(c, addr[2 + lo_bits:2 + nb], HI, "mem.hi") if HI > 1 else _const_row(1, 0)
     is_exec = _kind_is(kind, "exec")
     accesses = decode_view(mem_kind, 2, lambda e: int(MEM_KINDS[e] != "none"), "accesses")
-    outside = [addr[0], addr[1]] + addr[2 + (spec.mem_words - 1).bit_length():]
+    outside = [addr[0], addr[1]] + addr[2 + nb:]
     fault = c.gate("fault", 2, 0, lib.step_units([(b, 1, 1) for b in outside] + [(accesses, 1, 40), (is_exec, 1, 40)], 81))
     stores = [(is_exec, 1), (mem_kind, MEM_KINDS.index("ST")), (fault, 0)]
     records = [(record, 1), (fault, 0)]     # the datapath recomputes the EXEC's address: no register changed yet
-    N = spec.mem_words
     is_mem_tok = _kind_is(kind, "mem")
-    data_waddr = c.gate("mem.w", N + 2, N,
-                        [lib.and_unit([(is_init, 1)], ((N + 1, 1), (N, -1)))]
-                        + [lib.and_unit([(is_mem_tok, 1)] + [(g, a >> k & 1) for k, g in enumerate(x_mem)],
-                                        ((a, 1), (N, -1))) for a in range(N)]
-                        + [lib.and_unit(stores + [(word_at, a)], ((a, 1), (N, -1))) for a in range(N)]
-                        + [lib.and_unit(records + [(word_at, a)], ((a, 1), (N, -1))) for a in range(N)])
+
+    def word_part(name: str, size: int, at: Group, bits: list[Group]) -> Group:
+        """One part of the data memory's write address: a value, `size` = no write, size + 1 = every row."""
+        return c.gate(f"mem.w{name}", size + 2, size,
+                      [lib.and_unit([(is_init, 1)], ((size + 1, 1), (size, -1)))]
+                      + [lib.and_unit([(is_mem_tok, 1)] + [(g, a >> k & 1) for k, g in enumerate(bits)],
+                                      ((a, 1), (size, -1))) for a in range(size)]
+                      + [lib.and_unit(when + [(at, a)], ((a, 1), (size, -1))) for when in (stores, records)
+                         for a in range(size)])
+    data_waddr = Product((word_part("hi", HI, word_hi, x_mem[lo_bits:]), word_part("lo", LO, word_lo, x_mem[:lo_bits])),
+                         (HI, LO), (HI + 1, LO + 1))
     store_now = [c.gate(f"mem.v[{i}]", 3, ABSENT,
                         [lib.and_unit(stores + [(out.store_data[i], v)], ((v, 1), (ABSENT, -1))) for v in (0, 1)]
                         + [lib.and_unit(records + [(scratch[i], v)], ((v, 1), (ABSENT, -1))) for v in (0, 1)]
                         + [lib.and_unit([(is_init, 1)], ((0, 1), (ABSENT, -1)))]) for i in range(32)]
     data_mem = c.memory("data", N, (2,) * 32)
-    (loaded,) = c.access(data_mem, data_waddr, store_now, [word_at],
+    (loaded,) = c.access(data_mem, data_waddr, store_now, [Product((word_hi, word_lo), (HI, LO))],
                          alternatives=_payload_alternatives(pay, (3, 2, 1)))
     post_slots(c, fmt, fields, out, out.extra["values"], loaded, "lane")
     loaded = box["ld"]

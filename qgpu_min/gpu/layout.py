@@ -33,7 +33,7 @@ def bits_for(n: int) -> int:
 class GpuSpec:
     fmt: CoreFormat = field(default_factory=CoreFormat)
     blocks: int = 32          # ROM blocks
-    mem_words: int = 128      # data memory words
+    mem_words: int = 1024     # data memory words (a power of 2: the machine's 1024, thread frames included)
     lanes: int = 4
     warps: int = 8            # per CTA (each init or cta token keys one warp's lanes x regs = 4^3 register rows)
     regs: int = 16            # per lane, r15 reads zero
