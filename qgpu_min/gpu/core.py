@@ -90,6 +90,18 @@ def _step_down(terms: list, theta: int) -> list:
     return [Unit(tuple(terms), theta - 1, lib.UNSET), Unit(tuple(terms), theta, lib.SET)]
 
 
+def _binary(c: Circuit, g: Group, name: str, offset: int = 0) -> list[Group]:
+    """The bits of (g's element + offset), each its own gate: fewer dims than the one-hot where it must
+    stay alive long."""
+    return [c.gate(f"{name}[{k}]", 2, 0, [lib.and_unit([(g, v)], lib.SET) for v in range(g.size) if (v + offset) >> k & 1])
+            for k in range((g.size - 1 + offset).bit_length())]
+
+
+def _is(bits: list[Group], v: int) -> list[tuple[Group, int]]:
+    """Literals: the binary `bits` spell v."""
+    return [(b, v >> k & 1) for k, b in enumerate(bits)]
+
+
 def _word_of_onehot(g: Group, name: str) -> Word:
     """A small one-hot value as a 32-bit word (views: free)."""
     bits = onehot_bits(g, max(1, (g.size - 1).bit_length()), name)
@@ -111,7 +123,8 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     wpay = {r: [c.input(f"{r}pay[{i}]", 3) for i in range(n)] for r, n in WB_PAYLOADS.items()}
     x_b, x_l, x_e = c.input("x_b", B), c.input("x_l", L), c.input("x_e", W)
     x_w, x_p = c.input("x_w", NW), c.input("x_p", 2)   # an EXEC's warp and barrier parity; an init's warp
-    x_rom = c.input("x_rom", n_rom * B + 2)          # (row m, block b) = m * B + b; then none, init-all
+    # a ROM write's row m (then none, every row) and block b (then every block): the product is the address
+    x_rm, x_rb = c.input("x_rm", n_rom + 2), c.input("x_rb", B + 1)
     # a mem token's word address, in binary (a one-hot would hold its dims until the data memory's layer)
     x_mem = [c.input(f"x_mem[{k}]", 2) for k in range(bits_for(spec.mem_words))]
     x_n = c.input("x_n", T + 1)                      # a launch token: threads of a CTA, ntid.x, ntid.y
@@ -130,6 +143,8 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     cur_b, cur_l, cur_w, cur_p = c.access(c.memory("ctx", 1, (B, L, NW, 2)), _row0_when(kind, "exec", "init", "cta"),
                                           [x_b, x_l, x_w, x_p], [_const_row(1, 0)])[0]
     # (one memory per coordinate: a row holds at most ROW_CHANNELS channels)
+    # the block one-hot addresses the ROM (layer 1); the scheduler, much later, uses its bits
+    b_bits = _binary(c, cur_b, "cur_b")
     cur_cx, cur_cy, grid_x, grid_y = (
         c.access(c.memory(name, 1, (C,)), _row0_when(kind, on, "init"), [x], [_const_row(1, 0)])[0][0]
         for name, on, x in (("cta.x", "cta", x_cx), ("cta.y", "cta", x_cy), ("grid.x", "grid", x_cx),
@@ -151,8 +166,7 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     assert 2 * CB <= PAY_BITS, "a cta token's code carries both coordinates in its payload bits"
 
     def binary_word(g: Group, name: str, offset: int = 0) -> Word:
-        bits = [c.gate(f"{name}[{k}]", 2, 0, [lib.and_unit([(g, v)], lib.SET) for v in range(g.size)
-                                              if (v + offset) >> k & 1]) for k in range((g.size - 1 + offset).bit_length())]
+        bits = _binary(c, g, name, offset)
         return bits + [const_bit(0)] * (32 - len(bits))
     cx_word, cy_word = binary_word(cur_cx, "ctaid.x"), binary_word(cur_cy, "ctaid.y")
     gx_word, gy_word = binary_word(grid_x, "nctaid.x", 1), binary_word(grid_y, "nctaid.y", 1)
@@ -177,12 +191,12 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     # ---- ROM ------------------------------------------------------------------------------------
     rom: dict[str, list[Group]] = {}
     rom_mems = {}
-    none_rom, all_rom = n_rom * B, n_rom * B + 1
     for m, name in enumerate(rows):
         mem = c.memory(f"rom.{name}", B, (2,) * 32)
         rom_mems[name] = mem
-        waddr = decode_view(x_rom, B + 2, lambda e, m=m: B + 1 if e == all_rom else B if e == none_rom
-                            else (e % B if e // B == m else B), f"rom.{name}.w")
+        # this row: 0; every row (init): 1; another row or none: 2 (no write)
+        this = decode_view(x_rm, 3, lambda e, m=m: 0 if e == m else 1 if e == n_rom + 1 else 2, f"rom.{name}.m")
+        waddr = Product((this, x_rb), (1, B), (1, B))
         rom[name] = c.access(mem, waddr, _zero_on_init(kind, 32), [cur_b],
                              alternatives=_payload_alternatives(pay, (3, 2, 1)))[0]
 
@@ -198,7 +212,9 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
                          field_of("ctl", "cond", len(fmt.sources("cond", "c"))))
     mem_kind = field_of("ctl", "mem", len(MEM_KINDS))
     term = field_of("ctl", "term", len(TERM_KINDS))
-    taken, not_taken = field_of("ctl", "taken", B), field_of("ctl", "not_taken", B)
+    # the branch targets stay binary (ROM bits) until the next pc is chosen, ~30 layers later
+    taken, not_taken = (rom["ctl"][field_offsets(rows["ctl"])[f][0]:][:field_offsets(rows["ctl"])[f][1]]
+                        for f in ("taken", "not_taken"))
     atom_op = field_of("ctl", "atom", len(ATOM_OPS))
     read_reg = [field_of("reads", f"r{i}", spec.regs) for i in range(fmt.reads)]
     wb_reg = [field_of("wbreg", f"reg{e}", spec.regs) for e in range(W)]
@@ -319,10 +335,10 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     tk = {k: (term, TERM_KINDS.index(k)) for k in TERM_KINDS}
     pc_units = []
     for v in range(1, B):
-        pc_units.append(lib.and_unit([(is_exec, 1), tk["JMP"], (taken, v)], ((v, 1), (0, -1))))
-        pc_units.append(lib.and_unit([(is_exec, 1), tk["BR"], (out.cond, 1), (taken, v)], ((v, 1), (0, -1))))
-        pc_units.append(lib.and_unit([(is_exec, 1), tk["BR"], (out.cond, 0), (not_taken, v)], ((v, 1), (0, -1))))
-        pc_units.append(lib.and_unit([(is_exec, 1), tk["BAR"], (cur_b, v - 1)], ((v, 1), (0, -1))))
+        pc_units.append(lib.and_unit([(is_exec, 1), tk["JMP"]] + _is(taken, v), ((v, 1), (0, -1))))
+        pc_units.append(lib.and_unit([(is_exec, 1), tk["BR"], (out.cond, 1)] + _is(taken, v), ((v, 1), (0, -1))))
+        pc_units.append(lib.and_unit([(is_exec, 1), tk["BR"], (out.cond, 0)] + _is(not_taken, v), ((v, 1), (0, -1))))
+        pc_units.append(lib.and_unit([(is_exec, 1), tk["BAR"]] + _is(b_bits, v - 1), ((v, 1), (0, -1))))
     pc_new = c.gate("pc.new", B, 0, pc_units)
     exited_new = c.gate("exited.new", 2, 0, [lib.and_unit([(is_exec, 1), tk["EXIT"]], lib.SET)])
     NL = NW * L
@@ -341,14 +357,13 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
         lib.SET) for w in range(NW)]) for j in range(L)]
     # cand_j: lane j > current lane, live, still at the current block: it runs next in this warp step
     cand = [c.gate(f"cand{j}", 2, 0, [lib.and_unit(
-        [(decode_view(cur_l, 2, lambda e, j=j: int(e < j), f"l<{j}"), 1), (live[j], 1), (pcs[j], v), (cur_b, v)],
+        [(decode_view(cur_l, 2, lambda e, j=j: int(e < j), f"l<{j}"), 1), (live[j], 1), (pcs[j], v)] + _is(b_bits, v),
         lib.SET) for v in range(B)]) for j in range(L)]
     next_in_step = c.gate("next.lane", L + 1, L, [lib.and_unit(
         [(cand[j], 1)] + [(cand[i], 0) for i in range(j)], ((j, 1), (L, -1))) for j in range(L)])
     # a new step: the first live lane at the lowest pc (key = pc * lanes + lane, compared in binary)
     nbits = (B - 1).bit_length()
     pc_bits = [onehot_bits(pcs[j], nbits, f"pc{j}") for j in range(L)]
-    b_bits = onehot_bits(cur_b, nbits, "cur_b")
 
     def before(i: int, j: int) -> Group:   # key_i < key_j
         ti = [(pc_bits[j][k], 1, 1 << k) for k in range(nbits)] + [(pc_bits[i][k], 1, -(1 << k)) for k in range(nbits)]
@@ -410,7 +425,7 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
                                                     + [(waiting[u], 0) for u in range(v)], lib.SET) for v in range(NW)])
     dec_kind = c.gate("dec.kind", 2, 0, [lib.and_unit([(continues, 1)], lib.SET)]
                       + [lib.and_unit([(continues, 0), (chosen, v)], lib.SET) for v in range(NW)])   # 1 = exec
-    dec_b = c.gate("dec.b", B, 0, [lib.and_unit([(continues, 1), (cur_b, b)], ((b, 1), (0, -1))) for b in range(1, B)]
+    dec_b = c.gate("dec.b", B, 0, [lib.and_unit([(continues, 1)] + _is(b_bits, b), ((b, 1), (0, -1))) for b in range(1, B)]
                    + [lib.and_unit([(continues, 0), (chosen, v), (status[v][2], b)], ((b, 1), (0, -1)))
                       for v in range(NW) for b in range(1, B)])
     dec_l = c.gate("dec.l", L, 0, [lib.and_unit([(continues, 1), (next_in_step, j)], ((j, 1), (0, -1)))
@@ -519,7 +534,7 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     pairs += list(zip(pay_out, code_in["pay"]))
     for g, _ in pairs:
         c.output(g)
-    inputs = {"kind": kind, "pay": pay, **{f"{r}_pay": g for r, g in wpay.items()}, "x_b": x_b, "x_l": x_l, "x_e": x_e, "x_rom": x_rom,
+    inputs = {"kind": kind, "pay": pay, **{f"{r}_pay": g for r, g in wpay.items()}, "x_b": x_b, "x_l": x_l, "x_e": x_e, "x_rm": x_rm, "x_rb": x_rb,
               "x_mem": x_mem, "x_n": x_n, "x_bx": x_bx, "x_by": x_by, "x_cx": x_cx, "x_cy": x_cy, "x_w": x_w,
               "x_p": x_p}
     probes = {"cur_b": cur_b, "cur_l": cur_l, "cur_w": cur_w, "cur_p": cur_p, "cur_cx": cur_cx, "cur_cy": cur_cy,

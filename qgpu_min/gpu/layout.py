@@ -32,7 +32,7 @@ def bits_for(n: int) -> int:
 @dataclass(frozen=True)
 class GpuSpec:
     fmt: CoreFormat = field(default_factory=CoreFormat)
-    blocks: int = 32          # ROM blocks
+    blocks: int = 64          # ROM blocks (a power of 4: init writes every block of a ROM row at once)
     mem_words: int = 1024     # data memory words (a power of 2: the machine's 1024, thread frames included)
     lanes: int = 4
     warps: int = 8            # per CTA (each init or cta token keys one warp's lanes x regs = 4^3 register rows)

@@ -90,7 +90,7 @@ class Vocab:
         n_rom = len(rom_rows(spec))
         kind = t[0]
         f = {inp["kind"]: KINDS.index(kind), inp["x_b"]: 0, inp["x_l"]: 0, inp["x_e"]: 0,
-             inp["x_rom"]: n_rom * spec.blocks, inp["x_n"]: 0, inp["x_w"]: 0,
+             inp["x_rm"]: n_rom, inp["x_rb"]: 0, inp["x_n"]: 0, inp["x_w"]: 0,
              inp["x_bx"]: 0, inp["x_by"]: 0, inp["x_cx"]: 0, inp["x_cy"]: 0,
              inp["x_p"]: 0, code["kind"]: KINDS.index(kind), code["b"]: 0, code["l"]: 0, code["w"]: 0, code["p"]: 0,
              code["e"]: 0}
@@ -98,12 +98,12 @@ class Vocab:
         pay, cpay = [ABSENT] * PAY_BITS, [0] * PAY_BITS
         wpay = {r: [ABSENT] * n for r, n in WB_PAYLOADS.items()}
         if kind == "init":
-            f[inp["x_rom"]] = n_rom * spec.blocks + 1
+            f[inp["x_rm"]], f[inp["x_rb"]] = n_rom + 1, spec.blocks
             f[inp["x_w"]] = t[1]
         elif kind == "pay":
             pay = _bits(t[1])
         elif kind == "rom":
-            f[inp["x_rom"]] = t[1] * spec.blocks + t[2]
+            f[inp["x_rm"]], f[inp["x_rb"]] = t[1], t[2]
         elif kind == "mem":
             f.update({g: t[1] >> k & 1 for k, g in enumerate(inp["x_mem"])})
         elif kind == "launch":
