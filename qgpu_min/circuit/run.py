@@ -88,27 +88,29 @@ def memory_rows(p: Plan, op: MemOp, recurrent: dict, rows: range | None = None, 
     row is exactly such a code (within tol, relative): a state that is not is not a result."""
     layer, head = memory_heads(p)[id(op)]
     S = recurrent[layer]
-    rows = range(op.mem.rows) if rows is None else rows
-    out = np.zeros((len(rows), len(op.mem.fields)), np.int64)
+    want = np.asarray(list(range(op.mem.rows) if rows is None else rows), np.int64)
+    out = np.zeros((len(want), len(op.mem.fields)), np.int64)
+    blocks, ch = [], 0                 # per field: the first channel of each of its sources' blocks
+    for i, size in enumerate(op.mem.fields):
+        blocks.append(list(range(ch, ch + size * len(op.field_sources(i)), size)))
+        ch += size * len(op.field_sources(i))
     for bank_i, bank in enumerate(banks(op)):
-        for r in rows:
-            if r not in bank:
-                continue
-            v = S[head + bank_i, r - bank.start].astype(np.float64)
-            scale = v.max()
-            ch = 0
-            vals = []
-            for i, size in enumerate(op.mem.fields):
-                f = np.zeros(size)
-                for _ in op.field_sources(i):
-                    f += v[ch:ch + size]
-                    ch += size
-                vals.append(f)
-            for i, f in enumerate(vals):
-                e = int(f.argmax())
-                rest = np.delete(f, e)
-                if scale <= 0 or abs(f[e] / scale - 1) > tol or (np.abs(rest) > tol * scale).any():
-                    raise CircuitError(f"memory {op.mem.name} row {r} field {i} is not an exact code in the state: "
-                                       f"{(f / scale if scale > 0 else f).tolist()}")
-                out[rows.index(r), i] = e
+        here = np.nonzero((want >= bank.start) & (want < bank.stop))[0]
+        if not len(here):
+            continue
+        v = S[head + bank_i, want[here] - bank.start].astype(np.float64)      # [rows, value channels]
+        scale = v.max(axis=1)
+        for i, size in enumerate(op.mem.fields):
+            f = sum(v[:, c0:c0 + size] for c0 in blocks[i])
+            e = f.argmax(axis=1)
+            top = f[np.arange(len(e)), e]
+            rest = f.copy()
+            rest[np.arange(len(e)), e] = 0
+            safe = np.where(scale > 0, scale, 1.0)
+            bad = (scale <= 0) | (np.abs(top / safe - 1) > tol) | (np.abs(rest).max(axis=1) > tol * scale)
+            if bad.any():
+                k = int(np.argmax(bad))
+                raise CircuitError(f"memory {op.mem.name} row {int(want[here[k]])} field {i} is not an exact code in "
+                                   f"the state: {(f[k] / scale[k] if scale[k] > 0 else f[k]).tolist()}")
+            out[here, i] = e
     return out
