@@ -1,7 +1,8 @@
 """Ops a block format lacks, rewritten by the lowering (cuda/lower_expand.py): MULHU from four 16-bit
-products. Oracle: Python's big integers for the high word, and the suite's NumPy references for the
-kernels that divide by constants or take __mulhi/__umulhi, all run on the interpreter from programs
-lowered for a format without MULHU (programs of such a format are ordinary machine programs)."""
+products, sub-word loads from a word load and shifts. Oracle: Python's big integers for the high word,
+NumPy for byte and halfword loads, and the suite's NumPy references for the kernels that divide by
+constants, take __mulhi/__umulhi or read bytes, all run on the interpreter from programs lowered for a
+format without those ops (programs of such a format are ordinary machine programs)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -16,11 +17,14 @@ from qgpu_min.cuda.lower import lower
 from qgpu_min.cuda.lower_expand import EXPANSIONS
 from qgpu_min.cuda.ptx import parse_ptx, select_kernel
 from qgpu_min.host.launch import compile_kernel, launch
-from qgpu_min.machine.isa import ALU_OPS, MACHINE_FORMAT, BlockFormat
+from qgpu_min.machine.interp import MemoryFault
+from qgpu_min.machine.isa import ALU_OPS, MACHINE_FORMAT, MEM_OPS, BlockFormat
 
 # every ALU op but MULHU, in every slot
 NO_MULHU = BlockFormat(pre_ops=(frozenset(ALU_OPS) - {"MULHU"},) * MACHINE_FORMAT.n_pre,
                        post_ops=(frozenset(ALU_OPS) - {"MULHU"},) * MACHINE_FORMAT.n_post)
+SUBWORD_LOADS = frozenset({"LDB", "LDBU", "LDH", "LDHU"})
+NO_SUBWORD = BlockFormat(mem_ops=frozenset(MEM_OPS) - SUBWORD_LOADS)
 COMPILERS = [pytest.param(c, marks=needs(c)) for c in ("zig", "nvcc")]
 BY_ID = {case.id: case for case in CASES}
 
@@ -78,5 +82,55 @@ def test_suite_kernels_without_mulhu_exact(name: str, compiler: str) -> None:
         run_case(case, compiler, shape, narrow)
 
 
+LOADS = r"""
+__global__ void loads(const signed char* s, const unsigned char* u, const short* h, const unsigned short* uh,
+                      int* out, int k) {
+    int t = threadIdx.x;
+    out[t] = s[t * 3 + k] + (u[t + k] << 8) + (h[t + k] << 16) + ((int)uh[t * 2 + k] << 3);
+}"""
+
+
+def _narrow(kernel, fmt: BlockFormat, entry: str | None = None):
+    module = parse_ptx(kernel.ptx)
+    return replace(kernel, program=lower(module, select_kernel(module, entry), fmt).program, fmt=fmt)
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_subword_load_expansion_exact(tmp_path, compiler: str) -> None:
+    src = tmp_path / "loads.cu"
+    src.write_text(LOADS)
+    kernel = compile_kernel(src, compiler=compiler)
+    narrow = _narrow(kernel, NO_SUBWORD)
+    mem = {b.mem.op for b in narrow.program.blocks if b.mem is not None}
+    assert mem and not mem & SUBWORD_LOADS
+    rng = np.random.default_rng(3)
+    for k in (0, 1, 2, 3):                  # every byte offset, and odd halfword indices
+        s, u = rng.integers(-128, 128, 120).astype(np.int8), rng.integers(0, 256, 120).astype(np.uint8)
+        h, uh = rng.integers(-32768, 32768, 40).astype(np.int16), rng.integers(0, 65536, 80).astype(np.uint16)
+        args = [s, u, h, uh, np.zeros(32, np.int32), k]
+        got = launch(narrow, [a.copy() if isinstance(a, np.ndarray) else a for a in args], block=32).arrays["out"]
+        t = np.arange(32)
+        want = (s[t * 3 + k].astype(np.int64) + (u[t + k].astype(np.int64) << 8) + (h[t + k].astype(np.int64) << 16)
+                + (uh[t * 2 + k].astype(np.int64) << 3))
+        assert got.tolist() == [int(np.int32(np.uint32(x & 0xFFFFFFFF))) for x in want]
+
+
+def test_misaligned_halfword_still_faults(tmp_path) -> None:
+    src = tmp_path / "odd.cu"
+    src.write_text("__global__ void odd(const char* p, int* out) { out[0] = *(const short*)(p + 1); }\n")
+    narrow = _narrow(compile_kernel(src), NO_SUBWORD)
+    with pytest.raises(MemoryFault, match="misaligned"):
+        launch(narrow, [[0] * 8, [0]], block=1)
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_suite_byte_readers_without_subword_loads_exact(compiler: str) -> None:
+    for name in ("bytes-widen", "bytes-signed_bytes"):
+        case = BY_ID[name]
+        narrow = _narrow(_compiled(case, compiler), NO_SUBWORD, case.kernel)
+        for shape in _default_shapes(case):
+            run_case(case, compiler, shape, narrow)
+
+
 def test_expansions_are_for_ops_the_machine_has() -> None:
-    assert set(EXPANSIONS) <= set(ALU_OPS)
+    assert set(EXPANSIONS) <= set(ALU_OPS) | set(MEM_OPS)
