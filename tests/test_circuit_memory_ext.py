@@ -323,7 +323,8 @@ def _resettable_ram(rows: int) -> tuple[Circuit, Group, Group, list[Group], Grou
 
 
 def test_all_rows_write_over_written_rows_is_refused_without_a_reset():
-    """What the model does exactly: an all-rows write on empty rows, or a repeat of the same one."""
+    """What the model does exactly: an all-rows write on empty rows, or on rows that all still hold one
+    earlier all-rows write (equal rows, which the delta rule replaces)."""
     c, wa, wv, ra, reset, op = _resettable_ram(20)
 
     def token(a: int, v: int, r: int, rs: int = 0, state=None):
@@ -331,11 +332,12 @@ def test_all_rows_write_over_written_rows_is_refused_without_a_reset():
                             **word_inputs(wv, np.array([v]))}, state)[1]
     state = token(21, 5, 0)
     state = token(21, 5, 3, state=state)            # the same all-rows write again: a no-op, allowed
+    state = token(21, 8, 3, state=state)            # another value over equal rows: allowed
     state = token(7, 9, 7, state=state)
     with pytest.raises(CircuitError, match="writes 20 rows at once over rows that are not empty"):
         token(21, 6, 0, state=state)
     with pytest.raises(CircuitError, match="writes 20 rows at once over rows that are not empty"):
-        token(21, 5, 0, state=state)                # row 7 no longer holds the all-rows value
+        token(21, 8, 0, state=state)                # row 7 no longer holds the all-rows value
     state = token(21, 6, 7, rs=1, state=state)      # reset first: allowed
     with pytest.raises(CircuitError, match="reads row 3, never written"):
         token(20, 0, 3, rs=1, state=state)          # a reset alone leaves every row empty

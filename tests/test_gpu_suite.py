@@ -31,11 +31,11 @@ def run_on_gpu(case: Case, shape: Shape, mode: str) -> None:
         pytest.skip(f"does not fit the GPU in the weights: {e}")
 
 
-# (case, launch shape): loops and divergence, shared memory and atomics, division by a constant (MULHU
+# (case, launch shape): loops and divergence, shared memory and atomics, bytes, division by a constant (MULHU
 # rewritten), grids of CTAs and a 2-D block and grid; shapes kept small for the default run's time
 REPRESENTATIVE = (("vec_add", "g3x1-b8x1"), ("collatz", "g1x1-b4x1"), ("histogram_shared", "g3x1-b8x1"),
                   ("branch_chain", "g1x1-b4x1"), ("atomic_minmax", "g2x1-b7x1"), ("search_break", "g1x1-b4x1"),
-                  ("divmod_const", "g1x1-b3x1"), ("index_2d", "g2x2-b4x2"))
+                  ("divmod_const", "g1x1-b3x1"), ("index_2d", "g2x2-b4x2"), ("bytes-brighten", "g1x1-b4x1"))
 _BY_ID = {c.id: c for c in CASES}
 
 

@@ -324,8 +324,8 @@ class Circuit:
         earlier tokens and one for values computed now; each source of such a field has the field's size
         plus one 'absent' element, and exactly one source is present on every write.
         reset: a bit that empties the memory, before the write, on the tokens where it is 1 (then an
-        all-rows write initialises it again: such a write needs its rows empty, or already holding the
-        same all-rows write)."""
+        all-rows write initialises it again: such a write needs its rows empty, or all still holding one
+        earlier all-rows write)."""
         if any(op.mem is mem for op in self.ops if isinstance(op, MemOp)):
             raise CircuitError(f"memory {mem.name} is accessed twice; give each memory one access op")
         taps = tuple(int(d) for d in value_taps) if value_taps is not None else (0,) * len(write_value)

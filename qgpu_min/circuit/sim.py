@@ -4,7 +4,8 @@ Gates are evaluated unit by unit with integer ReLUs, exactly the arithmetic the 
 perform; every gate's result is checked to be one-hot on every case (a gate that is not is a bug in its
 construction and raises). Memories keep per-case rows across tokens; reading a never-written row raises.
 A reset empties a memory. An all-rows write is what the model does exactly only on empty rows, or on
-rows that hold that same all-rows write (a repeat changes nothing): anything else raises.
+rows that all still hold one earlier all-rows write (equal rows: the delta rule then replaces them):
+anything else raises.
 Write fields taken from earlier tokens (MemOp.value_taps) read a per-case history of the last MAX_TAP
 tokens' values of their groups; writing one that reaches back before the sequence start raises (the
 model's conv state is zeros there, so the row would be corrupt).
@@ -146,8 +147,8 @@ def _write(op: MemOp, state: dict, k: int, rows: list[int], vals: np.ndarray) ->
     tag = _all_rows_tag(rows) if len(rows) > 1 else 0
     if tag:
         empty = bool((mem[k, rows] < 0).all())
-        repeat = bool((tags[k, rows] == tag).all() and (mem[k, rows] == vals).all())
-        if not (empty or repeat):
+        uniform = bool((tags[k, rows] == tag).all())
+        if not (empty or uniform):
             raise CircuitError(f"memory {op.mem.name}: case {k} writes {len(rows)} rows at once over rows that are "
                                f"not empty (reset the memory first)")
     mem[k, rows] = vals

@@ -43,7 +43,7 @@ from ..machine import interp
 from ..machine.interp import MemoryFault, StepRecord
 from ..machine.isa import DEFAULT_STEP_LIMIT, MASK32, Program, check_program
 from .encode import BlockCode, encode_block
-from .layout import PAY_BITS, RECORD_REG, SMALL_BITS, GpuSpec
+from .layout import PAY_BITS, RECORD_REG, SMALL_BITS, SUBWORD_STORES, GpuSpec
 from .vocab import Token, token_name
 
 # the three parts of a wide write-back: (token kind, first bit, bits)
@@ -124,7 +124,7 @@ class _GpuMachine(interp._Machine):
             if self.fault is None:           # lane order: the first is the lane the GPU stops at
                 self.fault = _Fault(self.steps, lane, str(e))
             return 0
-        if ins.op.startswith("ATOM."):
+        if ins.op.startswith("ATOM.") or ins.op in SUBWORD_STORES:     # a record write-back follows
             self._pending = (self.steps, lane, addr)
         return addr
 

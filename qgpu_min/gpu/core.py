@@ -42,9 +42,11 @@ from ..circuit.ir import ROW_CHANNELS
 from .layout import (ATOM_OPS, KINDS, bits_for, MEM_KINDS, PAY_BITS, RECORD_REG, SMALL_BITS, TERM_KINDS, WB_PAYLOADS,
                      GpuSpec, field_offsets, rom_rows)
 
-# the atomic ALU's op one-hot follows layout.ATOM_OPS: lib.alu ops, with EXCH as the extra word (B itself)
-ATOM_ALU = tuple(op.lower() for op in ATOM_OPS if op != "EXCH")
-assert ATOM_OPS[-1] == "EXCH", "the extra word comes after lib.alu's ops in the op one-hot"
+# the atomic ALU's op one-hot follows layout.ATOM_OPS: lib.alu ops, then the extra words (EXCH: B itself;
+# STB, STH: old with B's low byte / halfword put in)
+ATOM_EXTRA = ("EXCH", "STB", "STH")
+ATOM_ALU = tuple(op.lower() for op in ATOM_OPS if op not in ATOM_EXTRA)
+assert ATOM_OPS[len(ATOM_ALU):] == ATOM_EXTRA, "the extra words come after lib.alu's ops in the op one-hot"
 
 ABSENT = 2   # the third element of a payload bit: this token carries no such bit
 
@@ -302,8 +304,11 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     word_hi = lib.onehot_of_bits(c, addr[2 + lo_bits:2 + nb], HI, "mem.hi") if HI > 1 else _const_row(1, 0)
     is_exec = _kind_is(kind, "exec")
     accesses = decode_view(mem_kind, 2, lambda e: int(MEM_KINDS[e] != "none"), "accesses")
-    outside = [addr[0], addr[1]] + addr[2 + nb:]
-    fault = c.gate("fault", 2, 0, lib.step_units([(b, 1, 1) for b in outside] + [(accesses, 1, 40), (is_exec, 1, 40)], 81))
+    # outside the memory, or misaligned: a word access needs both low bits 0, STH bit 0, STB neither
+    # (4 per high bit, 2 for bit 0, 1 for bit 1, less 3 for STB and 1 for STH: >= 1 exactly when it faults)
+    stb, sth = (atom_op, ATOM_OPS.index("STB")), (atom_op, ATOM_OPS.index("STH"))
+    off = [(b, 1, 4) for b in addr[2 + nb:]] + [(addr[0], 1, 2), (addr[1], 1, 1), (*stb, -3), (*sth, -1)]
+    fault = c.gate("fault", 2, 0, lib.step_units(off + [(accesses, 1, 40), (is_exec, 1, 40)], 81))
     stores = [(is_exec, 1), (mem_kind, MEM_KINDS.index("ST")), (fault, 0)]
     records = [(record, 1), (fault, 0)]     # the datapath recomputes the EXEC's address: no register changed yet
     is_mem_tok = _kind_is(kind, "mem")
@@ -328,8 +333,16 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     post_slots(c, fmt, fields, out, out.extra["values"], loaded, "lane")
     loaded = box["ld"]
     # an atomic's new word: op(old, B), kept in the outbox for its record write-back
-    to_outbox("atom", lib.alu(c, atom_op, loaded, out.store_data, ATOM_ALU, (out.store_data,), "atom",
-                              clamp_shifts=False))
+    def put(width: int) -> Word:
+        """old with B's low `width` bits at the address's byte offset (the machine's sub-word store)."""
+        shifts = range(0, 32, width)
+        sel = [[(addr[1], s >> 4 & 1)] + ([(addr[0], s >> 3 & 1)] if width == 8 else []) for s in shifts]
+        return [c.gate(f"atom.st{width}[{i}]", 2, 0,
+                       [lib.and_unit(sel[s // width] + [(out.store_data[i - s], 1)], lib.SET) for s in shifts if s <= i < s + width]
+                       + [lib.and_unit(sel[k] + [(loaded[i], 1)], lib.SET) for k, s in enumerate(shifts)
+                          if not s <= i < s + width]) for i in range(32)]
+    to_outbox("atom", lib.alu(c, atom_op, loaded, out.store_data, ATOM_ALU, (out.store_data, put(8), put(16)),
+                              "atom", clamp_shifts=False))
 
     # ---- warp table: each lane's next pc and exit, rows warp * lanes + lane -------------------------------
     tk = {k: (term, TERM_KINDS.index(k)) for k in TERM_KINDS}

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from ..errors import QgpuError
 from ..machine.isa import LOAD_OPS, SPECIALS, STORE_OPS, ZERO, Block, Instr
 from .datapath import ALU_OF_OPCODE, CoreFormat
-from .layout import ATOM_OPS, RECORD_REG
+from .layout import ATOM_OPS, RECORD_REG, SUBWORD_STORES
 
-GPU_MEM_OPS = ("LD", "ST") + tuple(f"ATOM.{op}" for op in ATOM_OPS)
+GPU_MEM_OPS = ("LD", "ST") + SUBWORD_STORES + tuple(f"ATOM.{op}" for op in ATOM_OPS if op not in SUBWORD_STORES)
 
 
 class EncodeError(QgpuError):
@@ -124,9 +124,10 @@ def _mem_slot(ins: Instr, code: BlockCode, src: _Sources, where: str) -> None:
     if ins.op not in GPU_MEM_OPS:
         raise EncodeError(f"{where}: {ins.op} is not executed by the circuit yet (it executes "
                           f"{', '.join(GPU_MEM_OPS)})")
-    code.mem_op = "ATOM" if ins.op.startswith("ATOM.") else ins.op
+    # a sub-word store is a read-modify-write of its word: the GPU runs it as an atomic without a result
+    code.mem_op = "ATOM" if ins.op.startswith("ATOM.") or ins.op in SUBWORD_STORES else ins.op
     if code.mem_op == "ATOM":
-        code.atom_op = ins.op[5:]
+        code.atom_op = ins.op[5:] if ins.op.startswith("ATOM.") else ins.op
     code.mem_a, code.mem_imm = src.of(ins.ra), ins.imm & 0xFFFFFFFF
     if ins.op in STORE_OPS or code.mem_op == "ATOM":
         code.mem_data = src.of(ins.rb)

@@ -268,8 +268,8 @@ class BlockFormat:
     # write-back token per such register per lane): the lowering then recomputes per-thread constants
     # (parameters, literals, S2R values) where they are read instead of keeping them in registers
     writeback_cost: bool = False
-    # the most a block holding an atomic may read (the GPU reads the atomic's record through a read port);
-    # None: max_reads
+    # the most a block holding an atomic or a sub-word store (a read-modify-write of a word) may read (the
+    # GPU reads its record through a read port); None: max_reads
     atomic_reads: int | None = None
 
     def __post_init__(self) -> None:
@@ -313,7 +313,7 @@ class BlockFormat:
 
     def read_limit(self, instrs: list[Instr]) -> int | None:
         """The most registers a block holding these instructions may read before writing them."""
-        if self.atomic_reads is not None and any(i.op.startswith("ATOM.") for i in instrs):
+        if self.atomic_reads is not None and any(i.op.startswith("ATOM.") or i.op in ("STB", "STH") for i in instrs):
             return self.atomic_reads
         return self.max_reads
 
