@@ -610,3 +610,36 @@ def test_user_cli_subprocess_env_compiler() -> None:
     out = json.loads(res.stdout)
     assert out["compiler"].startswith("nvcc") and out["block"] == [3, 1]
     assert out["arrays"] == {"in": [1230, -45, 7], "dsum": [6, 9, 7], "rev": [321, -54, 7]}
+
+
+# ---- on the GPU in the weights -------------------------------------------------------------------
+# every case at its first shape with zig clang, on --backend circuit under --check (a launch over the
+# GPU's limits is skipped with the refusal as the reason); a few quick ones by default
+GPU_DEFAULT = ("fizzbuzz", "relu_clamp", "small_types-byte_sign")
+
+
+def _gpu_params():
+    out = []
+    for c in CASES:
+        if c.xfail.get("zig"):
+            continue
+        marks = [] if c.id in GPU_DEFAULT else [pytest.mark.slow]
+        out.append(pytest.param(c, id=c.id, marks=marks))
+    return out
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("case", _gpu_params())
+def test_user_kernel_on_the_gpu(case: UCase) -> None:
+    from qgpu_min.gpu.program import GpuLaunchError
+    from qgpu_min.machine.isa import CapacityError
+    skip_if_missing("zig")
+    shape = case.shapes[0]
+    args = _args(case, shape)
+    k = _compiled(case.file, case.kernel, "zig")
+    try:
+        r = launch(k, [a.copy() if isinstance(a, np.ndarray) else a for a in args], grid=shape[0], block=shape[1],
+                   step_limit=case.step_limit, backend="circuit", check=True)
+    except (CapacityError, GpuLaunchError) as e:
+        pytest.skip(f"does not fit the GPU in the weights: {e}")
+    _check(case, args, shape, list(r.arrays.values()))
