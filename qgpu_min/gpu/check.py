@@ -8,13 +8,14 @@ increasing order, each write-back as 12/12/8-bit parts or one small value) and t
 (encode.encode_block, the same table the prompt carries). Nothing here reads a circuit group, a weight
 or the IR simulator; the model's state is only *read* to compare it against the interpreter.
 
-The one adaptation of the interpreter is its memory bound: the GPU has spec.mem_words words, the
-machine MEM_WORDS, so an access the machine allows may fault on the GPU. _GpuMachine narrows the bound
+The one adaptation of the interpreter is its memory bound: the GPU has spec.mem_words words (today the
+machine's MEM_WORDS; a smaller GPU would fault where the machine does not). _GpuMachine bounds accesses
 inside the interpreter's own address computation, and records the first fault of a step instead of
 raising it, so the lanes before the faulting one finish the step (the GPU runs them in full, in lane
 order, before the faulting lane's EXEC answers FAULT). Lanes are independent within a step for every
-block the GPU runs (ALU ops, word LD/ST, atomics in lane order: no shuffles or votes), so their values
-are exact. The same subclass notes the word each lane's atomic leaves in memory (its record write-back).
+block the GPU runs (ALU ops, word LD/ST, atomics and sub-word stores in lane order: no shuffles or
+votes), so their values are exact. The same subclass notes the word each lane's atomic or sub-word store
+leaves in memory (its record write-back).
 
 Token protocol checked (core.py): per CTA, per warp step, per active lane l ascending: ("exec", block, l, warp,
 parity), where parity counts (mod 2) the barrier openings so far (the interpreter's scheduling order and
