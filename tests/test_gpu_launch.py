@@ -262,3 +262,28 @@ def test_misaligned_halfword_store_faults(tmp_path):
     src.write_text("__global__ void odd(char* p) { *(short*)(p + 1 + 2 * threadIdx.x) = 5; }\n")
     with pytest.raises(interp.MemoryFault, match="lane 0"):
         launch(compile_kernel(src), [[0] * 16], block=2, backend="circuit")
+
+
+INC_DEC = """
+__global__ void counters(unsigned* inc, unsigned* dec, const unsigned* bound, unsigned* old) {
+    int t = threadIdx.x;
+    old[t] = atomicInc(&inc[t], bound[t]);
+    old[t + 8] = atomicDec(&dec[t], bound[t]);
+    atomicInc(&inc[8], 5u);                      // every lane on one word: wraps at 5
+}
+"""
+
+
+def test_atomic_inc_and_dec_wrap_exactly(tmp_path):
+    src = tmp_path / "counters.cu"
+    src.write_text(INC_DEC)
+    k = compile_kernel(src)
+    M = 0xFFFFFFFF
+    # (old, bound): below, at and above the bound, zero, the largest words
+    pairs = [(3, 7), (7, 7), (9, 7), (0, 7), (0, 0), (M, M), (M - 1, M), (5, 0)]
+    old, bound = [p[0] for p in pairs], [p[1] for p in pairs]
+    args = [old + [4], list(old), bound, [0] * 16]
+    got = launch(k, args, block=8, backend="circuit", check=True).arrays
+    assert got["inc"].tolist() == [0 if o >= b else o + 1 for o, b in pairs] + [(4 + 8) % 6]
+    assert got["dec"].tolist() == [b if o == 0 or o > b else o - 1 for o, b in pairs]
+    assert got["old"].tolist() == old + old

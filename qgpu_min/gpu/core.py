@@ -43,8 +43,8 @@ from .layout import (ATOM_OPS, KINDS, bits_for, MEM_KINDS, PAY_BITS, RECORD_REG,
                      GpuSpec, field_offsets, rom_rows)
 
 # the atomic ALU's op one-hot follows layout.ATOM_OPS: lib.alu ops, then the extra words (EXCH: B itself;
-# STB, STH: old with B's low byte / halfword put in)
-ATOM_EXTRA = ("EXCH", "STB", "STH")
+# STB, STH: old with B's low byte / halfword put in; INC, DEC: the wrapping counters)
+ATOM_EXTRA = ("EXCH", "STB", "STH", "INC", "DEC")
 ATOM_ALU = tuple(op.lower() for op in ATOM_OPS if op not in ATOM_EXTRA)
 assert ATOM_OPS[len(ATOM_ALU):] == ATOM_EXTRA, "the extra words come after lib.alu's ops in the op one-hot"
 
@@ -341,7 +341,22 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
                        [lib.and_unit(sel[s // width] + [(out.store_data[i - s], 1)], lib.SET) for s in shifts if s <= i < s + width]
                        + [lib.and_unit(sel[k] + [(loaded[i], 1)], lib.SET) for k, s in enumerate(shifts)
                           if not s <= i < s + width]) for i in range(32)]
-    to_outbox("atom", lib.alu(c, atom_op, loaded, out.store_data, ATOM_ALU, (out.store_data, put(8), put(16)),
+    # INC: 0 if u(old) >= u(B) else old + 1; DEC: B if old == 0 or u(old) > u(B) else old - 1. Bit i of
+    # old +- 1 is old_i flipped when the bits below are all 1 (all 0): one gate per bit after the compares
+    lt, is0 = lib.ult(c, loaded, out.store_data, "atom.inc.lt"), lib.eq(c, loaded, [const_bit(0)] * 32, "atom.dec.zero")
+    above = lib.ult(c, out.store_data, loaded, "atom.dec.gt")
+
+    def step_bit(i: int, carry: int, when: list) -> list:
+        """Units of bit i of old + 1 (carry 1) or old - 1 (carry 0), ANDed with `when`."""
+        below = [(loaded[j], carry) for j in range(i)]
+        return [lib.and_unit(when + [(loaded[i], 1)], lib.SET),
+                lib.and_unit(when + [(loaded[i], 1)] + below, lib.UNSET),
+                lib.and_unit(when + [(loaded[i], 0)] + below, lib.SET)]
+    inc = [c.gate(f"atom.inc[{i}]", 2, 0, step_bit(i, 1, [(lt, 1)])) for i in range(32)]
+    dec = [c.gate(f"atom.dec[{i}]", 2, 0, step_bit(i, 0, [(is0, 0), (above, 0)])
+                  + [lib.and_unit([(is0, 1), (out.store_data[i], 1)], lib.SET),
+                     lib.and_unit([(is0, 0), (above, 1), (out.store_data[i], 1)], lib.SET)]) for i in range(32)]
+    to_outbox("atom", lib.alu(c, atom_op, loaded, out.store_data, ATOM_ALU, (out.store_data, put(8), put(16), inc, dec),
                               "atom", clamp_shifts=False))
 
     # ---- warp table: each lane's next pc and exit, rows warp * lanes + lane -------------------------------

@@ -61,8 +61,9 @@ class GpuSpec:
 
 MEM_KINDS = ("none", "LD", "ST", "ATOM")
 # read-modify-writes the GPU executes as an atomic: new word = op(old, B) (lib.alu names; EXCH is B itself;
-# STB / STH put B's low byte / halfword into old at the address's byte offset: the sub-word stores)
-ATOM_OPS = ("ADD", "MIN", "MAX", "MINU", "MAXU", "AND", "OR", "XOR", "EXCH", "STB", "STH")
+# STB / STH put B's low byte / halfword into old at the address's byte offset: the sub-word stores;
+# INC / DEC as the machine's, machine/isa.py)
+ATOM_OPS = ("ADD", "MIN", "MAX", "MINU", "MAXU", "AND", "OR", "XOR", "EXCH", "STB", "STH", "INC", "DEC")
 SUBWORD_STORES = ("STB", "STH")
 RECORD_REG = 15   # an atomic's new word travels like a register write-back to r15's row (never read as r15)
 TERM_KINDS = ("JMP", "BR", "BAR", "EXIT")
