@@ -14,14 +14,15 @@ from qgpu_min.gpu.datapath import ALU_OF_OPCODE, CoreFormat, block_inputs, lane_
 from qgpu_min.machine.interp import ALU
 
 
-def _build(fmt: CoreFormat):
+def _build(fmt: CoreFormat, third: bool = True):
     c = Circuit("lane")
     f = block_inputs(c, fmt)
     regs = [c.input_word(f"reg{i}") for i in range(fmt.reads)]
     sps = [c.input_word(f"spv{i}") for i in range(fmt.specials)]
     ld = c.input_word("ld")
     out = lane_datapath(c, fmt, f, regs, sps, ld)
-    for w in out.results + [out.address, out.store_data]:
+    # (the compiled check leaves out the third operand: every output is held to the end, over the residual)
+    for w in out.results + [out.address, out.store_data] + ([out.third] if third else []):
         for g in w:
             c.output(g)
     c.output(out.cond)
@@ -66,7 +67,7 @@ def _run(fmt: CoreFormat, n: int, seed: int) -> None:
         vals[f"imm{k}"] = _words(rng, n)
         inputs.update(word_inputs(s.imm, vals[f"imm{k}"]))
         inputs[s.special] = rng.integers(0, fmt.specials, n)
-    for g in (f.mem_a, f.mem_data, f.cond):
+    for g in (f.mem_a, f.mem_data, f.cond, f.mem_c):
         inputs[g] = rng.integers(0, g.size, n)
     mimm = _words(rng, n)
     inputs.update(word_inputs(f.mem_imm, mimm))
@@ -88,6 +89,8 @@ def _run(fmt: CoreFormat, n: int, seed: int) -> None:
     assert (word_value(values, out.address, n) == (base + mimm) & 0xFFFFFFFF).all()
     data = _pick(fmt.sources("mem", "b"), inputs[f.mem_data], dict(vals, imm=mimm))
     assert (word_value(values, out.store_data, n) == data).all()
+    third = _pick(fmt.sources("mem", "c"), inputs[f.mem_c], vals)
+    assert (word_value(values, out.third, n) == third).all()
     cond = _pick(fmt.sources("cond", "c"), inputs[f.cond], vals) != 0
     assert (group_value(values, out.cond, n) == cond).all()
 
@@ -128,7 +131,7 @@ def test_compiled_weights_match_the_simulator(mode: str) -> None:
     from qgpu_min.circuit.run import circuit_model, embedding_rows, read_groups
 
     fmt = CoreFormat()
-    c, f, regs, sps, ld, out = _build(fmt)
+    c, f, regs, sps, ld, out = _build(fmt, third=False)
     rng = np.random.default_rng(5)
     n = 32
     inputs = {}
@@ -137,7 +140,7 @@ def test_compiled_weights_match_the_simulator(mode: str) -> None:
     for s in f.slots:
         for g in (s.op, s.a, s.b, s.c, s.special):
             inputs[g] = rng.integers(0, g.size, n)
-    for g in (f.mem_a, f.mem_data, f.cond):
+    for g in (f.mem_a, f.mem_data, f.cond, f.mem_c):
         inputs[g] = rng.integers(0, g.size, n)
     values, _ = simulate(c, inputs)
     p = plan(c, BaseShape())

@@ -92,6 +92,7 @@ def test_random_blocks_match_the_interpreter_semantics() -> None:
     inputs[f.mem_a] = np.array([cd.index(fmt, "mem", "a") for cd in codes])
     inputs[f.mem_data] = np.array([cd.index(fmt, "mem", "b") for cd in codes])
     inputs[f.cond] = np.array([cd.index(fmt, "cond", "c") for cd in codes])
+    inputs[f.mem_c] = np.array([cd.index(fmt, "mem", "c") for cd in codes])
     inputs.update(word_inputs(f.mem_imm, np.array([cd.mem_imm for cd in codes])))
     values, _ = simulate(c, inputs)
 
@@ -127,7 +128,7 @@ def test_encode_errors_name_the_block() -> None:
     b = Block([Instr("ADD", 1, 2, 3), Instr("ADD", 4, 5, 6), Instr("ADD", 7, 8, 9)])
     with pytest.raises(EncodeError, match="B3: reads more than 4"):
         encode_block(b, FMT, "B3")
-    with pytest.raises(EncodeError, match="ATOM.CAS is not executed"):
-        encode_block(Block(mem=Instr("ATOM.CAS", 1, 2, 3, 4)), FMT, "B0")
+    with pytest.raises(EncodeError, match="SHFL.IDX is not executed"):
+        encode_block(Block(mem=Instr("SHFL.IDX", 1, 2, 3, 4)), FMT, "B0")
     with pytest.raises(EncodeError, match="4 pre"):
         encode_block(Block([Instr("ADD", 1, 1, 1)] * 4), FMT, "B0")

@@ -287,3 +287,23 @@ def test_atomic_inc_and_dec_wrap_exactly(tmp_path):
     assert got["inc"].tolist() == [0 if o >= b else o + 1 for o, b in pairs] + [(4 + 8) % 6]
     assert got["dec"].tolist() == [b if o == 0 or o > b else o - 1 for o, b in pairs]
     assert got["old"].tolist() == old + old
+
+
+CAS = """
+__global__ void cas(int* word, int* seen, const int* want) {
+    int t = threadIdx.x;
+    seen[t] = atomicCAS(&word[t & 1], want[t], t * 10 + 1);   // lanes in order: some swap, some see a changed word
+}
+"""
+
+
+def test_atomic_cas_in_lane_order_exact_under_check(tmp_path):
+    src = tmp_path / "cas.cu"
+    src.write_text(CAS)
+    args = [[5, 7], [0] * 6, [5, 7, 1, 31, 11, 32]]
+    got = launch(compile_kernel(src), args, block=6, backend="circuit", check=True).arrays
+    word, seen = [5, 7], []
+    for t, w in enumerate(args[2]):             # the machine's CAS, lane by lane
+        seen.append(word[t & 1])
+        word[t & 1] = t * 10 + 1 if word[t & 1] == w else word[t & 1]
+    assert got["word"].tolist() == word and got["seen"].tolist() == seen

@@ -43,8 +43,8 @@ from .layout import (ATOM_OPS, KINDS, bits_for, MEM_KINDS, PAY_BITS, RECORD_REG,
                      GpuSpec, field_offsets, rom_rows)
 
 # the atomic ALU's op one-hot follows layout.ATOM_OPS: lib.alu ops, then the extra words (EXCH: B itself;
-# STB, STH: old with B's low byte / halfword put in; INC, DEC: the wrapping counters)
-ATOM_EXTRA = ("EXCH", "STB", "STH", "INC", "DEC")
+# STB, STH: old with B's low byte / halfword put in; INC, DEC: the wrapping counters; CAS: C if old == B)
+ATOM_EXTRA = ("EXCH", "STB", "STH", "INC", "DEC", "CAS")
 ATOM_ALU = tuple(op.lower() for op in ATOM_OPS if op not in ATOM_EXTRA)
 assert ATOM_OPS[len(ATOM_ALU):] == ATOM_EXTRA, "the extra words come after lib.alu's ops in the op one-hot"
 
@@ -211,7 +211,8 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
                         rom[f"imm{k}"], field_of(f"slot{k}", "sp", fmt.specials)) for k in range(fmt.slots)]
     fields = BlockFields(slots, field_of("ctl", "mema", len(fmt.sources("mem", "a"))), rom["memimm"],
                          field_of("ctl", "memd", len(fmt.sources("mem", "b"))),
-                         field_of("ctl", "cond", len(fmt.sources("cond", "c"))))
+                         field_of("ctl", "cond", len(fmt.sources("cond", "c"))),
+                         field_of("reads", "memc", len(fmt.sources("mem", "c"))))
     mem_kind = field_of("ctl", "mem", len(MEM_KINDS))
     term = field_of("ctl", "term", len(TERM_KINDS))
     # the branch targets stay binary (ROM bits) until the next pc is chosen, ~30 layers later
@@ -356,8 +357,9 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     dec = [c.gate(f"atom.dec[{i}]", 2, 0, step_bit(i, 0, [(is0, 0), (above, 0)])
                   + [lib.and_unit([(is0, 1), (out.store_data[i], 1)], lib.SET),
                      lib.and_unit([(is0, 0), (above, 1), (out.store_data[i], 1)], lib.SET)]) for i in range(32)]
-    to_outbox("atom", lib.alu(c, atom_op, loaded, out.store_data, ATOM_ALU, (out.store_data, put(8), put(16), inc, dec),
-                              "atom", clamp_shifts=False))
+    cas = lib.mux_word(c, lib.eq(c, loaded, out.store_data, "atom.cas.eq"), out.third, loaded, "atom.cas")
+    to_outbox("atom", lib.alu(c, atom_op, loaded, out.store_data, ATOM_ALU,
+                              (out.store_data, put(8), put(16), inc, dec, cas), "atom", clamp_shifts=False))
 
     # ---- warp table: each lane's next pc and exit, rows warp * lanes + lane -------------------------------
     tk = {k: (term, TERM_KINDS.index(k)) for k in TERM_KINDS}

@@ -86,6 +86,7 @@ class BlockFields:
     mem_imm: Word
     mem_data: Group      # store data, over fmt.sources('mem', 'b')
     cond: Group          # branch register, over fmt.sources('cond', 'c')
+    mem_c: Group | None = None   # an atomic's third operand (CAS: the new word), over fmt.sources('mem', 'c')
 
 
 @dataclass
@@ -93,6 +94,7 @@ class LaneOutputs:
     results: list[Word]          # per ALU slot
     address: Word                # memory slot: A + imm
     store_data: Word
+    third: Word | None
     cond: Group                  # bit: the branch register is non-zero
     extra: dict = field(default_factory=dict)
 
@@ -108,7 +110,8 @@ def block_inputs(c: Circuit, fmt: CoreFormat, prefix: str = "") -> BlockFields:
             c.input(f"{prefix}sp{k}", fmt.specials)))
     return BlockFields(slots, c.input(f"{prefix}mema", len(fmt.sources("mem", "a"))), c.input_word(f"{prefix}memimm"),
                        c.input(f"{prefix}memd", len(fmt.sources("mem", "b"))),
-                       c.input(f"{prefix}cond", len(fmt.sources("cond", "c"))))
+                       c.input(f"{prefix}cond", len(fmt.sources("cond", "c"))),
+                       c.input(f"{prefix}memc", len(fmt.sources("mem", "c"))))
 
 
 def _select(c: Circuit, sel: Group, options: dict[str, Word], names: tuple[str, ...], name: str) -> Word:
@@ -153,7 +156,8 @@ def lane_datapath(c: Circuit, fmt: CoreFormat, f: BlockFields, regs: list[Word],
     address = lib.add(c, _select(c, f.mem_a, values, fmt.sources("mem", "a"), f"{name}.mema"), f.mem_imm, 0,
                       f"{name}.addr")
     store = _select(c, f.mem_data, values | {"imm": f.mem_imm}, fmt.sources("mem", "b"), f"{name}.memd")
-    out = LaneOutputs(results, address, store, None)
+    third = _select(c, f.mem_c, values, fmt.sources("mem", "c"), f"{name}.memc") if f.mem_c is not None else None
+    out = LaneOutputs(results, address, store, third, None)
     out.extra["values"], out.extra["forward"] = values, fwd
     if load is not None:
         post_slots(c, fmt, f, out, values, load, name)

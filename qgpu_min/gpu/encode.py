@@ -41,6 +41,7 @@ class BlockCode:
     mem_a: str = "zero"
     mem_imm: int = 0
     mem_data: str = "zero"
+    mem_c: str = "zero"          # CAS: the word stored when old == B
     cond: str = "zero"
     term: str = "EXIT"
     taken: int = 0
@@ -49,7 +50,7 @@ class BlockCode:
 
     def index(self, fmt: CoreFormat, slot: int | str, operand: str) -> int:
         """The one-hot element of a source field."""
-        name = {"a": "mem_a", "b": "mem_data"}[operand] if slot == "mem" else "cond" if slot == "cond" else None
+        name = {"a": "mem_a", "b": "mem_data", "c": "mem_c"}[operand] if slot == "mem" else "cond" if slot == "cond" else None
         src = getattr(self, name) if name else getattr(self.slots[slot], operand)
         return fmt.sources(slot, operand).index(src)
 
@@ -131,5 +132,7 @@ def _mem_slot(ins: Instr, code: BlockCode, src: _Sources, where: str) -> None:
     code.mem_a, code.mem_imm = src.of(ins.ra), ins.imm & 0xFFFFFFFF
     if ins.op in STORE_OPS or code.mem_op == "ATOM":
         code.mem_data = src.of(ins.rb)
+    if ins.op == "ATOM.CAS":
+        code.mem_c = src.of(ins.rc)
     if (ins.op in LOAD_OPS or code.mem_op == "ATOM") and ins.rd != ZERO:
         src.writer[ins.rd] = "ld"       # an atomic returns the old word, which is the loaded value

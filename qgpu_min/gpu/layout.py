@@ -62,8 +62,8 @@ class GpuSpec:
 MEM_KINDS = ("none", "LD", "ST", "ATOM")
 # read-modify-writes the GPU executes as an atomic: new word = op(old, B) (lib.alu names; EXCH is B itself;
 # STB / STH put B's low byte / halfword into old at the address's byte offset: the sub-word stores;
-# INC / DEC as the machine's, machine/isa.py)
-ATOM_OPS = ("ADD", "MIN", "MAX", "MINU", "MAXU", "AND", "OR", "XOR", "EXCH", "STB", "STH", "INC", "DEC")
+# INC / DEC / CAS as the machine's, machine/isa.py; CAS's new word is the third operand C)
+ATOM_OPS = ("ADD", "MIN", "MAX", "MINU", "MAXU", "AND", "OR", "XOR", "EXCH", "STB", "STH", "INC", "DEC", "CAS")
 SUBWORD_STORES = ("STB", "STH")
 RECORD_REG = 15   # an atomic's new word travels like a register write-back to r15's row (never read as r15)
 TERM_KINDS = ("JMP", "BR", "BAR", "EXIT")
@@ -83,7 +83,8 @@ def rom_rows(spec: GpuSpec) -> dict[str, list[tuple[str, int]]]:
                    ("memd", bits_for(len(f.sources("mem", "b")))), ("cond", bits_for(len(f.sources("cond", "c")))),
                    ("term", bits_for(len(TERM_KINDS))), ("taken", bits_for(spec.blocks)),
                    ("not_taken", bits_for(spec.blocks)), ("atom", bits_for(len(ATOM_OPS)))]
-    rows["reads"] = [(f"r{i}", bits_for(spec.regs)) for i in range(f.reads)]
+    rows["reads"] = [(f"r{i}", bits_for(spec.regs)) for i in range(f.reads)] + \
+        [("memc", bits_for(len(f.sources("mem", "c"))))]
     rows["wbreg"] = [(f"reg{e}", bits_for(spec.regs)) for e in range(spec.wb_entries)]
     rows["wbsrc"] = [("count", bits_for(spec.wb_entries + 1))] + \
         [(f"src{e}", bits_for(len(spec.wb_sources))) for e in range(spec.wb_entries)]

@@ -51,6 +51,7 @@ def _rom_values(code: BlockCode, spec: GpuSpec) -> dict[str, dict[str, int]]:
                   "term": TERM_KINDS.index(code.term), "taken": code.taken, "not_taken": code.not_taken,
                   "atom": ATOM_OPS.index(code.atom_op)}
     out["reads"] = {f"r{i}": r for i, r in enumerate(code.reads)}
+    out["reads"]["memc"] = code.index(f, "mem", "c")
     out["wbreg"] = {f"reg{e}": r for e, (r, _) in enumerate(code.writeback)}
     out["wbsrc"] = {"count": len(code.writeback)}
     out["wbsrc"].update({f"src{e}": spec.wb_sources.index(s) for e, (_, s) in enumerate(code.writeback)})
