@@ -64,6 +64,8 @@ class CoreFormat:
         ld = ("ld",) if (k == "cond" or (isinstance(k, int) and k >= self.pre)) else ()
         extra = {"a": ("zero",) + (("sp",) if isinstance(k, int) and k < self.pre else ()),
                  "b": ("imm", "zero"), "c": ("zero",)}[operand]
+        if (k, operand) == ("mem", "c"):    # zero first: a block without CAS leaves its ROM field (word) 0, unsent
+            return extra + regs + slots + ld
         return regs + slots + ld + extra
 
 
