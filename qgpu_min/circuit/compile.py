@@ -22,8 +22,8 @@ into the port's output dims, which therefore stay one-hot.
 """
 from __future__ import annotations
 
-import functools
 import math
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -104,14 +104,19 @@ def _live_ops(c: Circuit, keep: list[Group]) -> list[Gate | MemOp]:
     return live[::-1]
 
 
-@functools.lru_cache(maxsize=None)        # ops hash by identity; an op's rows and write address never change
+# op -> its banks, decided once (an op's rows and write address never change); weak, so circuits can go
+_BANKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def banks(op: MemOp) -> tuple[range, ...]:
     """The memory's row ranges, one head per read port each: ROW_CHANNELS rows, or half that when the op
     can write all rows at once (an all-rows key needs a power of 4 channels >= the bank's rows), or when a
     product write's 'every' elements would key a count of rows in a full bank that is not a power of 4."""
-    half = op.writes_all_rows or (isinstance(op.write_addr, Product)
-                                  and _every_fault(op, ROW_CHANNELS) and not _every_fault(op, ROW_CHANNELS // 2))
-    return tuple(_ranges(op.mem.rows, ROW_CHANNELS // 2 if half else ROW_CHANNELS))
+    if op not in _BANKS:
+        half = op.writes_all_rows or (isinstance(op.write_addr, Product)
+                                      and _every_fault(op, ROW_CHANNELS) and not _every_fault(op, ROW_CHANNELS // 2))
+        _BANKS[op] = tuple(_ranges(op.mem.rows, ROW_CHANNELS // 2 if half else ROW_CHANNELS))
+    return _BANKS[op]
 
 
 def _ranges(rows: int, size: int) -> list[range]:

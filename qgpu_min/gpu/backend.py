@@ -14,7 +14,7 @@ from ..machine.interp import MemoryFault, StepLimitError
 from ..machine.isa import LANES, Program
 from ..machine.isa import DEFAULT_STEP_LIMIT
 from .layout import GpuSpec
-from .model import TooManyTokens
+from .model import TooManyTokens, current_cta
 from .model import run_launch as run_model
 from .program import block_format as _block_format
 from .program import check_supported, launch_shape, prompt
@@ -34,11 +34,6 @@ def compiled(spec: GpuSpec = SPEC, progress: Callable[[str], None] | None = None
             from .model import compile_gpu as load_or_compile
         _COMPILED[spec] = load_or_compile(spec) if progress is None else load_or_compile(spec, progress=progress)
     return _COMPILED[spec]
-
-
-def _cta_of(generated: list[Token]) -> tuple[int, int]:
-    """The CTA (x, y) the model was running at the end of `generated`: the last cta token's."""
-    return next((t[1:3] for t in reversed(generated) if t[0] == "cta"), (0, 0))
 
 
 def _warp_steps(generated: list[Token]) -> int:
@@ -86,7 +81,7 @@ def run_launch(program: Program, memory: list[int], grid: tuple[int, int], block
                              f"(CTA {e.cta})", e.block)
     last = next((t for t in reversed(run.generated) if t[0] == "exec"), None)
     if run.generated[-1][0] == "fault":
-        where = (f"block B{last[1]}, lane {last[2]} of warp {last[3]} in CTA {_cta_of(run.generated)}" if last
+        where = (f"block B{last[1]}, lane {last[2]} of warp {last[3]} in CTA {current_cta(run.generated)}" if last
                  else "the first step")
         raise MemoryFault(f"memory access outside the GPU's {spec.mem_words} words or misaligned at {where} "
                           f"(generated token {len(run.generated) - 1})")

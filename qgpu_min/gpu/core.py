@@ -27,8 +27,8 @@ carry them, so both kinds of write share a memory. A cta token clears what a CTA
 registers, the warp tables); memory and ROM persist across CTAs, as on the machine.
 
 Limits (GpuSpec): warps x lanes threads per CTA (any 2-D block shape within them), spec.ctas CTAs; word
-LD/ST and the atomics of layout.ATOM_OPS; the datapath's ALU opcodes; ROM of spec.blocks blocks,
-spec.mem_words words of memory.
+LD/ST, and the read-modify-writes of layout.ATOM_OPS (the atomics, byte and halfword stores); the
+datapath's ALU opcodes; ROM of spec.blocks blocks, spec.mem_words words of memory.
 """
 from __future__ import annotations
 
@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 
 from ..circuit import lib
 from ..circuit.compile import OutputCode
-from ..circuit.ir import CONST, Circuit, Group, Product, Unit, Word, const_bit, decode_view, onehot_bits, view
+from ..circuit.ir import (CONST, ROW_CHANNELS, Circuit, Group, Product, Unit, Word, const_bit, decode_view, onehot_bits,
+                          view)
 from .datapath import BlockFields, SlotFields, lane_datapath, post_slots
-from ..circuit.ir import ROW_CHANNELS
-from .layout import (ATOM_OPS, KINDS, bits_for, MEM_KINDS, PAY_BITS, RECORD_REG, SMALL_BITS, TERM_KINDS, WB_PAYLOADS,
-                     GpuSpec, field_offsets, rom_rows)
+from .layout import (ATOM_OPS, KINDS, MEM_KINDS, PAY_BITS, RECORD_REG, SMALL_BITS, TERM_KINDS, WB_PAYLOADS,
+                     GpuSpec, bits_for, field_offsets, rom_rows)
 
 # the atomic ALU's op one-hot follows layout.ATOM_OPS: lib.alu ops, then the extra words (EXCH: B itself;
 # STB, STH: old with B's low byte / halfword put in; INC, DEC: the wrapping counters; CAS: C if old == B)
@@ -144,9 +144,9 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     # (the init and cta tokens come last warp first, so the context holds warp 0 when the next EXEC comes)
     cur_b, cur_l, cur_w, cur_p = c.access(c.memory("ctx", 1, (B, L, NW, 2)), _row0_when(kind, "exec", "init", "cta"),
                                           [x_b, x_l, x_w, x_p], [_const_row(1, 0)])[0]
-    # (one memory per coordinate: a row holds at most ROW_CHANNELS channels)
     # the block one-hot addresses the ROM (layer 1); the scheduler, much later, uses its bits
     b_bits = _binary(c, cur_b, "cur_b")
+    # (one memory per coordinate: a row holds at most ROW_CHANNELS channels)
     cur_cx, cur_cy, grid_x, grid_y = (
         c.access(c.memory(name, 1, (C,)), _row0_when(kind, on, "init"), [x], [_const_row(1, 0)])[0][0]
         for name, on, x in (("cta.x", "cta", x_cx), ("cta.y", "cta", x_cy), ("grid.x", "grid", x_cx),
@@ -202,9 +202,12 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
         rom[name] = c.access(mem, waddr, _zero_on_init(kind, 32), [cur_b],
                              alternatives=_payload_alternatives(pay, (3, 2, 1)))[0]
 
-    def field_of(row: str, fname: str, size: int) -> Group:
+    def field_bits(row: str, fname: str) -> list[Group]:
         lo, nb = field_offsets(rows[row])[fname]
-        return lib.onehot_of_bits(c, rom[row][lo:lo + nb], size, f"{row}.{fname}")
+        return rom[row][lo:lo + nb]
+
+    def field_of(row: str, fname: str, size: int) -> Group:
+        return lib.onehot_of_bits(c, field_bits(row, fname), size, f"{row}.{fname}")
 
     slots = [SlotFields(field_of(f"slot{k}", "op", len(fmt.alu_names(k))),
                         *(field_of(f"slot{k}", o, len(fmt.sources(k, o))) for o in "abc"),
@@ -216,8 +219,7 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     mem_kind = field_of("ctl", "mem", len(MEM_KINDS))
     term = field_of("ctl", "term", len(TERM_KINDS))
     # the branch targets stay binary (ROM bits) until the next pc is chosen, ~30 layers later
-    taken, not_taken = (rom["ctl"][field_offsets(rows["ctl"])[f][0]:][:field_offsets(rows["ctl"])[f][1]]
-                        for f in ("taken", "not_taken"))
+    taken, not_taken = field_bits("ctl", "taken"), field_bits("ctl", "not_taken")
     atom_op = field_of("ctl", "atom", len(ATOM_OPS))
     read_reg = [field_of("reads", f"r{i}", spec.regs) for i in range(fmt.reads)]
     wb_reg = [field_of("wbreg", f"reg{e}", spec.regs) for e in range(W)]
@@ -527,24 +529,20 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
         lib.and_unit([(ends, 1), (after, 1), (nxt_kind, 1)], to("exec"))]
         + [lib.and_unit(over, to("cta")) for over in cta_over])
 
-    def exec_field(name: str, size: int, decided: Group, kept: Group) -> Group:
+    def exec_field(name: str, size: int, decided: Group, kept: Group, more: list = ()) -> Group:
         """A field of the next EXEC: decided on the EXEC token that ends the lane's tokens, else kept in `next`;
-        0 unless the next token is an EXEC (the code of any other token has 0 there)."""
+        0 unless the next token is an EXEC (the code of any other token has 0 there) or `more` units set it."""
         return c.gate(f"out.{name}", size, 0,
                       [lib.and_unit([k["exec"], (after, 1), (dec_kind, 1), (decided, v)], ((v, 1), (0, -1)))
                        for v in range(1, size)]
                       + [lib.and_unit([(ends, 1), (after, 1), (nxt_kind, 1), (kept, v)], ((v, 1), (0, -1)))
-                         for v in range(1, size)])
+                         for v in range(1, size)] + list(more))
     b_out, l_out = exec_field("b", B, dec_b, nxt_b), exec_field("l", L, dec_l, nxt_l)
     p_out = exec_field("p", 2, dec_p, nxt_p)
     # w: the next EXEC's warp, or a cta token's warp (the block's last, then one down each token)
-    w_out = c.gate("out.w", NW, 0,
-                   [lib.and_unit([k["exec"], (after, 1), (dec_kind, 1), (dec_w, v)], ((v, 1), (0, -1)))
-                    for v in range(1, NW)]
-                   + [lib.and_unit([(ends, 1), (after, 1), (nxt_kind, 1), (nxt_w, v)], ((v, 1), (0, -1)))
-                      for v in range(1, NW)]
-                   + [lib.and_unit(over + [(top_warp, v)], ((v, 1), (0, -1))) for over in cta_over for v in range(1, NW)]
-                   + [lib.and_unit([k["cta"], (cur_w, v + 1)], ((v, 1), (0, -1))) for v in range(1, NW - 1)])
+    w_out = exec_field("w", NW, dec_w, nxt_w,
+                       [lib.and_unit(over + [(top_warp, v)], ((v, 1), (0, -1))) for over in cta_over for v in range(1, NW)]
+                       + [lib.and_unit([k["cta"], (cur_w, v + 1)], ((v, 1), (0, -1))) for v in range(1, NW - 1)])
     # the payload: a write-back's bits (decided by layer ~30, kept), or the next cta token's coordinates
     cta_next = cta_over + [[k["cta"], (warp_above0, 1)]]
     e_out = c.gate("out.e", W, 0, [lib.and_unit([k["wb"], (ptr, e)], ((e, 1), (0, -1))) for e in range(1, W)]

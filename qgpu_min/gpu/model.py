@@ -54,6 +54,11 @@ def compile_gpu(spec: GpuSpec = GpuSpec(), shape: BaseShape = BaseShape()) -> Co
     return CompiledGpu(gc, vocab, p, layers, embedding_rows(p, vocab.table))
 
 
+def current_cta(generated: list[Token]) -> tuple[int, int]:
+    """The CTA (x, y) the model was running at the end of `generated`: the last cta token's (else the first)."""
+    return next((t[1:3] for t in reversed(generated) if t[0] == "cta"), (0, 0))
+
+
 class TooManyTokens(GpuLaunchError):
     """The model kept generating past the token limit; block, lane and warp of its last EXEC, and its CTA."""
 
@@ -91,9 +96,8 @@ def run_launch(cg: CompiledGpu, prompt: list[Token], mode: str = "fp32", max_gen
                                  f"{' '.join(token_name(x) for x in generated[-8:])})")
         if len(generated) >= max_generated:
             last = next((x for x in reversed(generated) if x[0] == "exec"), ("exec", 0, 0, 0, 0))
-            cta = next((x[1:3] for x in reversed(generated) if x[0] == "cta"), (0, 0))
             raise TooManyTokens(f"the launch did not halt within {max_generated} generated tokens", last[1], last[2],
-                                last[3], cta)
+                                last[3], current_cta(generated))
         logits = model.decode(state, vocab.id(t))
     rows = memory_rows(cg.plan, cg.data_op, state.recurrent)
     words = [int(sum(int(b) << i for i, b in enumerate(r))) for r in rows]

@@ -33,7 +33,7 @@ def all_tokens(spec: GpuSpec) -> list[Token]:
     toks += [("wa", v) for v in range(1 << PAY_BITS)] + [("wb", v) for v in range(1 << PAY_BITS)]
     toks += [("w3", e, v) for e in range(spec.wb_entries) for v in range(256)]
     toks += [("w1", e, v) for e in range(spec.wb_entries) for v in range(1 << SMALL_BITS)]
-    toks += [("cta", x, y, w) for x, y in _shapes(spec.ctas) for x, y in [(x - 1, y - 1)] for w in range(spec.warps)]
+    toks += [("cta", x - 1, y - 1, w) for x, y in _shapes(spec.ctas) for w in range(spec.warps)]
     toks += [("halt",), ("fault",)]
     return toks
 
