@@ -120,7 +120,7 @@ def test_writeback_lists_only_live_out_registers() -> None:
 def test_atomic_record_is_the_first_writeback() -> None:
     b = Block(mem=Instr("ATOM.ADD", 4, 2, 3), live_out=(1 << 4) | (1 << 1))
     code = encode_block(b, FMT)
-    assert code.mem_op == "ATOM" and code.atom_op == "ADD"
+    assert code.mem_op == "ATOM" and code.variant == "ADD"
     assert code.writeback == [(15, "atom"), (4, "ld")]
 
 
@@ -128,7 +128,14 @@ def test_encode_errors_name_the_block() -> None:
     b = Block([Instr("ADD", 1, 2, 3), Instr("ADD", 4, 5, 6), Instr("ADD", 7, 8, 9)])
     with pytest.raises(EncodeError, match="B3: reads more than 4"):
         encode_block(b, FMT, "B3")
-    with pytest.raises(EncodeError, match="SHFL.IDX is not executed"):
-        encode_block(Block(mem=Instr("SHFL.IDX", 1, 2, 3, 4)), FMT, "B0")
+    with pytest.raises(EncodeError, match="VOTE.ANY is not executed"):
+        encode_block(Block(mem=Instr("VOTE.ANY", 1, 15, 3)), FMT, "B0")
+    # a shuffle's source register is read from the other lanes: the block must leave it unchanged
+    with pytest.raises(EncodeError, match="B0: the shuffle's source r2 is written earlier"):
+        encode_block(Block([Instr("ADD", 2, 1, 1)], Instr("SHFL.IDX", 1, 2, 3, 4)), FMT, "B0")
+    with pytest.raises(EncodeError, match="B0: the shuffle's source r2 is written later"):
+        encode_block(Block([], Instr("SHFL.IDX", 1, 2, 3, 4), [Instr("ADD", 2, 1, 1)]), FMT, "B0")
+    with pytest.raises(EncodeError, match="B0: the shuffle's source r2 is written later"):
+        encode_block(Block([], Instr("SHFL.IDX", 2, 2, 3, 4)), FMT, "B0")
     with pytest.raises(EncodeError, match="4 pre"):
         encode_block(Block([Instr("ADD", 1, 1, 1)] * 4), FMT, "B0")

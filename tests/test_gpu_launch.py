@@ -128,9 +128,9 @@ def test_limits_and_unsupported_are_refused_before_launching(kernels, tmp_path):
         launch(kernels["vadd"], args, block=(6, 6), backend="circuit")
     with pytest.raises(CapacityError, match="a grid of 1..64 CTAs; the grid is 13x5 = 65 CTAs"):
         launch(kernels["vadd"], args, grid=(13, 5), block=4, backend="circuit")
-    src = tmp_path / "shfl.cu"
-    src.write_text("__global__ void shfl(int* a) { a[threadIdx.x] = __shfl_down_sync(0xffffffff, a[threadIdx.x], 1); }\n")
-    with pytest.raises(CapacityError, match="backend 'circuit' cannot run this kernel: .*SHFL.DOWN"):
+    src = tmp_path / "vote.cu"
+    src.write_text("__global__ void vote(int* a) { a[threadIdx.x] = __ballot_sync(0xffffffff, a[threadIdx.x] > 1); }\n")
+    with pytest.raises(CapacityError, match="backend 'circuit' cannot run this kernel: .*VOTE.BALLOT"):
         launch(compile_kernel(src), [[0, 0]], block=2, backend="circuit")
 
 

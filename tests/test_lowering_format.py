@@ -109,6 +109,29 @@ def test_check_block_format_names_block_and_rule() -> None:
     check_block_format(_program(ok, Block(pre=[Instr("ADD", 1, 2, 3), xor])), atomic)   # 4 reads, no atomic
     with pytest.raises(CapacityError, match=r"reads 4 registers .* a block with an atomic allows 3 \(over by 1\)"):
         check_block_format(_program(ok, atom), atomic)
+    stable = BlockFormat(stable_shuffle_source=True)
+    shfl = Instr("SHFL.DOWN", 1, 2, 3, 4, imm=1, bimm=True)
+    check_block_format(_program(ok, Block(pre=[add], mem=shfl)), stable)         # writes r1, reads r2: fine
+    for block in (Block(pre=[Instr("ADD", 2, 5, 6)], mem=shfl), Block(mem=shfl, post=[Instr("XOR", 2, 1, 1)])):
+        check_block_format(_program(ok, block), BlockFormat())                   # the machine does not mind
+        with pytest.raises(CapacityError, match=r"B1: .* writes r2, the source of the block's shuffle"):
+            check_block_format(_program(ok, block), stable)
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_shuffle_sources_stay_unwritten(compiler: str) -> None:
+    """stable_shuffle_source (the GPU's format): no block writes the register its shuffle reads from other
+    lanes (not before it, not after it, not as the shuffle's own result, though `v = __shfl_xor(v, m)` asks
+    for that), and the shuffle kernels still run exactly."""
+    fmt = BlockFormat(n_pre=3, n_post=2, max_reads=4, stable_shuffle_source=True)
+    for name in ("warp_reduce_xor", "warp_scan", "shfl_width", "shuffle_idx", "warp_2d"):
+        case = BY_ID[name]
+        kernel = _lowered(case, compiler, fmt)
+        check_block_format(kernel.program, fmt)
+        shuffles = [b.mem for b in kernel.program.blocks if b.mem is not None and b.mem.op.startswith("SHFL")]
+        assert shuffles and all(s.rd != s.ra for s in shuffles)
+        for shape in _default_shapes(case):
+            run_case(case, compiler, shape, kernel)
 
 
 @pytest.mark.parametrize("compiler", COMPILERS)

@@ -163,8 +163,10 @@ def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = 
         return out
 
     def within_reads(placed: list[Instr], ins: Instr) -> bool:
+        """ins may join the chunk: its reads stay within the limit, and no shuffle's source is written."""
         limit = fmt.read_limit(placed + [ins])
-        return limit is None or len(live_in_reads(placed + [ins])) <= limit
+        return (limit is None or len(live_in_reads(placed + [ins])) <= limit) and \
+            fmt.shuffle_clobber(placed + [ins]) is None
 
     def candidates(here: set[int], keep: Callable[[int], bool] = lambda k: True,
                    mem_next: int | None = None) -> list[int]:

@@ -189,6 +189,10 @@ class MemOps:
             d = d.first
         a, b, c = ins.operands[1:4]
         bv = self.src(b)
-        self.out.append(V("SHFL." + mode.upper(), self.dst(d), self.rsrc(a),
+        av = self.rsrc(a)
+        if av == RZ:        # every lane's zero register reads 0: the shuffle is a move of 0
+            self.mov(self.dst(d), 0)
+            return
+        self.out.append(V("SHFL." + mode.upper(), self.dst(d), av,
                           RZ if isinstance(bv, int) else bv, self.rsrc(c),
                           imm=bv & 31 if isinstance(bv, int) else 0, bimm=isinstance(bv, int), line=self.line))

@@ -12,6 +12,7 @@ Data flow of one token, in depth order (the planner places each part as early as
   registers   (memory, rows (warp * lanes + lane) * 16 + r) read through the block's read ports; written
               by the W3 token of a write-back, whose 32 bits arrive over WA, WB, W3 (conv taps)
   datapath    datapath.py: pre slots, memory address and data
+  shuffle     (memory) a copy of the register file, written as it is, read at (warp, source lane, register)
   data memory (memory) loads, stores, atomics' records, and the prompt's array words (`pay` x3 + `mem`)
   datapath    post slots, branch condition
   warp table  (memory, one row per lane of each warp: pc, exited) updated by EXEC
@@ -27,7 +28,8 @@ carry them, so both kinds of write share a memory. A cta token clears what a CTA
 registers, the warp tables); memory and ROM persist across CTAs, as on the machine.
 
 Limits (GpuSpec): warps x lanes threads per CTA (any 2-D block shape within them), spec.ctas CTAs; word
-LD/ST, and the read-modify-writes of layout.ATOM_OPS (the atomics, byte and halfword stores); the
+LD/ST, the read-modify-writes of layout.ATOM_OPS (the atomics, byte and halfword stores), the shuffles
+(their source register unchanged through the block: program.block_format), no votes yet; the
 datapath's ALU opcodes; ROM of spec.blocks blocks, spec.mem_words words of memory.
 """
 from __future__ import annotations
@@ -36,11 +38,13 @@ from dataclasses import dataclass, field
 
 from ..circuit import lib
 from ..circuit.compile import OutputCode
+from ..machine.interp import shfl_source
+from ..machine.isa import LANES
 from ..circuit.ir import (CONST, ROW_CHANNELS, Circuit, Group, Product, Unit, Word, const_bit, decode_view, onehot_bits,
                           view)
 from .datapath import BlockFields, SlotFields, lane_datapath, post_slots
-from .layout import (ATOM_OPS, KINDS, MEM_KINDS, PAY_BITS, RECORD_REG, SMALL_BITS, TERM_KINDS, WB_PAYLOADS,
-                     GpuSpec, bits_for, field_offsets, rom_rows)
+from .layout import (ATOM_OPS, KINDS, MEM_KINDS, PAY_BITS, RECORD_REG, SHFL_MODES, SMALL_BITS, TERM_KINDS,
+                     WB_PAYLOADS, GpuSpec, bits_for, field_offsets, rom_rows)
 
 # the atomic ALU's op one-hot follows layout.ATOM_OPS: lib.alu ops, then the extra words (EXCH: B itself;
 # STB, STH: old with B's low byte / halfword put in; INC, DEC: the wrapping counters; CAS: C if old == B)
@@ -108,6 +112,32 @@ def _word_of_onehot(g: Group, name: str) -> Word:
     """A small one-hot value as a 32-bit word (views: free)."""
     bits = onehot_bits(g, max(1, (g.size - 1).bit_length()), name)
     return bits + [const_bit(0)] * (32 - len(bits))
+
+
+def _shuffle_units(on: Group, mode: Group, lane: Group, b: Word, cw: Word) -> list[Unit]:
+    """Units of the source lane of a shuffle (on a `on` token; else lane 0: a read always names one row) as a
+    one-hot (interp.shfl_source): it depends on
+    B's bits 0-4 (one of bits 2-4 set: out of any warp, except for IDX) and C's bits 0, 1, 8, 9 (the clamp
+    and segment bits a 4-lane warp has)."""
+    assert lane.size == LANES, "the shuffle rule is the machine's, for its warp width"
+    units = []
+    c_bits = [cw[0], cw[1], cw[8], cw[9]]
+    high_b = ([(b[2], 1)], [(b[2], 0), (b[3], 1)], [(b[2], 0), (b[3], 0), (b[4], 1)])
+    for m, name in enumerate(SHFL_MODES):
+        for l in range(lane.size):
+            common = [(on, 1), (mode, m), (lane, l)]
+            for low in range(4):
+                for cv in range(16):
+                    bv, c_val = low, (cv & 3) | (cv >> 2) << 8
+                    j = shfl_source(name, l, bv, c_val)
+                    lits = common + [(b[0], low & 1), (b[1], low >> 1)] + _is(c_bits, cv)
+                    if name != "IDX":
+                        lits += [(b[2], 0), (b[3], 0), (b[4], 0)]
+                    if j:
+                        units.append(lib.and_unit(lits, ((j, 1), (0, -1))))
+            if name != "IDX" and l:     # B >= 4 reaches no other lane of a 4-lane warp: the lane itself
+                units += [lib.and_unit(common + big, ((l, 1), (0, -1))) for big in high_b]
+    return units
 
 
 def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
@@ -220,7 +250,9 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     term = field_of("ctl", "term", len(TERM_KINDS))
     # the branch targets stay binary (ROM bits) until the next pc is chosen, ~30 layers later
     taken, not_taken = field_bits("ctl", "taken"), field_bits("ctl", "not_taken")
-    atom_op = field_of("ctl", "atom", len(ATOM_OPS))
+    # the memory slot's variant: an atomic's op (the atomic ALU's one-hot), or a shuffle's mode (a view of it)
+    variant = field_of("ctl", "variant", len(ATOM_OPS))
+    shfl_mode = decode_view(variant, len(SHFL_MODES), lambda e: e if e < len(SHFL_MODES) else None, "shfl.mode")
     read_reg = [field_of("reads", f"r{i}", spec.regs) for i in range(fmt.reads)]
     wb_reg = [field_of("wbreg", f"reg{e}", spec.regs) for e in range(W)]
     wb_count = field_of("wbsrc", "count", W + 1)
@@ -306,10 +338,10 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     word_lo = lib.onehot_of_bits(c, addr[2:2 + lo_bits], LO, "mem.lo")
     word_hi = lib.onehot_of_bits(c, addr[2 + lo_bits:2 + nb], HI, "mem.hi") if HI > 1 else _const_row(1, 0)
     is_exec = _kind_is(kind, "exec")
-    accesses = decode_view(mem_kind, 2, lambda e: int(MEM_KINDS[e] != "none"), "accesses")
+    accesses = decode_view(mem_kind, 2, lambda e: int(MEM_KINDS[e] in ("LD", "ST", "ATOM")), "accesses")
     # outside the memory, or misaligned: a word access needs both low bits 0, STH bit 0, STB neither
     # (4 per high bit, 2 for bit 0, 1 for bit 1, less 3 for STB and 1 for STH: >= 1 exactly when it faults)
-    stb, sth = (atom_op, ATOM_OPS.index("STB")), (atom_op, ATOM_OPS.index("STH"))
+    stb, sth = (variant, ATOM_OPS.index("STB")), (variant, ATOM_OPS.index("STH"))
     off = [(b, 1, 4) for b in addr[2 + nb:]] + [(addr[0], 1, 2), (addr[1], 1, 1), (*stb, -3), (*sth, -1)]
     fault = c.gate("fault", 2, 0, lib.step_units(off + [(accesses, 1, 40), (is_exec, 1, 40)], 81))
     stores = [(is_exec, 1), (mem_kind, MEM_KINDS.index("ST")), (fault, 0)]
@@ -333,7 +365,18 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     data_mem = c.memory("data", N, (2,) * 32)
     (loaded,) = c.access(data_mem, data_waddr, store_now, [Product((word_hi, word_lo), (HI, LO))],
                          alternatives=_payload_alternatives(pay, (3, 2, 1)))
-    post_slots(c, fmt, fields, out, out.extra["values"], loaded, "lane")
+    # ---- shuffle: register shfl of the source lane, from a copy of the register file (written as it is) ----
+    # the block leaves that register unchanged (program.block_format), so every lane's copy holds the value
+    # of the warp step's start while the lanes run one after another
+    is_shfl = decode_view(mem_kind, 2, lambda e: int(MEM_KINDS[e] == "SHFL"), "is_shfl")
+    src_lane = c.gate("shfl.src", L, 0, _shuffle_units(is_shfl, shfl_mode, cur_l, out.store_data, out.third))
+    (shuffled,) = c.access(c.memory("regs.lanes", NW * L * R, (2,) * 32), in_warp(reg_waddr, L * R + 1), reg_now,
+                           [Product((cur_w, src_lane, field_of("reads", "shfl", R)), (NW, L, R))],
+                           alternatives=assembled, reset=cta_first)
+    # the memory slot's value: the loaded word, or the shuffled one
+    slot_value = [c.gate(f"ld[{i}]", 2, 0, [lib.and_unit([(is_shfl, 0), (loaded[i], 1)], lib.SET),
+                                            lib.and_unit([(is_shfl, 1), (shuffled[i], 1)], lib.SET)]) for i in range(32)]
+    post_slots(c, fmt, fields, out, out.extra["values"], slot_value, "lane")
     loaded = box["ld"]
     # an atomic's new word: op(old, B), kept in the outbox for its record write-back
     def put(width: int) -> Word:
@@ -360,7 +403,7 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
                   + [lib.and_unit([(is0, 1), (out.store_data[i], 1)], lib.SET),
                      lib.and_unit([(is0, 0), (above, 1), (out.store_data[i], 1)], lib.SET)]) for i in range(32)]
     cas = lib.mux_word(c, lib.eq(c, loaded, out.store_data, "atom.cas.eq"), out.third, loaded, "atom.cas")
-    to_outbox("atom", lib.alu(c, atom_op, loaded, out.store_data, ATOM_ALU,
+    to_outbox("atom", lib.alu(c, variant, loaded, out.store_data, ATOM_ALU,
                               (out.store_data, put(8), put(16), inc, dec, cas), "atom", clamp_shifts=False))
 
     # ---- warp table: each lane's next pc and exit, rows warp * lanes + lane -------------------------------

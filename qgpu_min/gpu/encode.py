@@ -10,11 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import QgpuError
-from ..machine.isa import LOAD_OPS, SPECIALS, STORE_OPS, ZERO, Block, Instr
+from ..machine.isa import LOAD_OPS, SHFL_OPS, SPECIALS, STORE_OPS, ZERO, Block, Instr
 from .datapath import ALU_OF_OPCODE, CoreFormat
 from .layout import ATOM_OPS, RECORD_REG, SUBWORD_STORES
 
-GPU_MEM_OPS = ("LD", "ST") + SUBWORD_STORES + tuple(f"ATOM.{op}" for op in ATOM_OPS if op not in SUBWORD_STORES)
+GPU_MEM_OPS = ("LD", "ST") + SUBWORD_STORES + tuple(f"ATOM.{op}" for op in ATOM_OPS if op not in SUBWORD_STORES) \
+    + SHFL_OPS
 
 
 class EncodeError(QgpuError):
@@ -36,12 +37,13 @@ class SlotCode:
 class BlockCode:
     slots: list[SlotCode]
     reads: list[int]             # register of each read port (unused ports read r0)
-    mem_op: str | None           # LD, ST, ATOM (the kind) or None
-    atom_op: str = "ADD"         # for ATOM: layout.ATOM_OPS
+    mem_op: str | None           # LD, ST, ATOM, SHFL (layout.MEM_KINDS) or None
+    variant: str = ""            # ATOM: the op (layout.ATOM_OPS); SHFL: the mode (layout.SHFL_MODES)
     mem_a: str = "zero"
     mem_imm: int = 0
     mem_data: str = "zero"
-    mem_c: str = "zero"          # CAS: the word stored when old == B
+    mem_c: str = "zero"          # CAS: the word stored when old == B; SHFL: C (the segment and clamp)
+    shfl_reg: int = 0            # SHFL: the register read from the source lane
     cond: str = "zero"
     term: str = "EXIT"
     taken: int = 0
@@ -88,6 +90,8 @@ def encode_block(block: Block, fmt: CoreFormat, where: str = "block") -> BlockCo
         _mem_slot(block.mem, code, src, where)
     for j, ins in enumerate(block.post):
         _alu_slot(fmt, fmt.pre + j, ins, slots[fmt.pre + j], src, where)
+    if code.mem_op == "SHFL" and any(i.rd == code.shfl_reg for i in [block.mem] + block.post if i.op != "NOP"):
+        raise EncodeError(f"{where}: the shuffle's source r{code.shfl_reg} is written later in the block")
     t = block.term
     code.term, code.taken, code.not_taken = t.kind, t.taken, t.not_taken
     if t.kind == "BR":
@@ -126,13 +130,22 @@ def _mem_slot(ins: Instr, code: BlockCode, src: _Sources, where: str) -> None:
         raise EncodeError(f"{where}: {ins.op} is not executed by the circuit yet (it executes "
                           f"{', '.join(GPU_MEM_OPS)})")
     # a sub-word store is a read-modify-write of its word: the GPU runs it as an atomic without a result
-    code.mem_op = "ATOM" if ins.op.startswith("ATOM.") or ins.op in SUBWORD_STORES else ins.op
-    if code.mem_op == "ATOM":
-        code.atom_op = ins.op[5:] if ins.op.startswith("ATOM.") else ins.op
-    code.mem_a, code.mem_imm = src.of(ins.ra), ins.imm & 0xFFFFFFFF
-    if ins.op in STORE_OPS or code.mem_op == "ATOM":
-        code.mem_data = src.of(ins.rb)
-    if ins.op == "ATOM.CAS":
+    code.mem_op = "ATOM" if ins.op.startswith("ATOM.") or ins.op in SUBWORD_STORES else ins.op.split(".")[0]
+    if code.mem_op in ("ATOM", "SHFL"):
+        code.variant = ins.op.split(".")[-1]
+    if code.mem_op == "SHFL":
+        # B (the lane, delta or mask) and C (the segment and clamp) are this lane's; ra is read from the source
+        # lane, in the register file: the block must not write it (BlockFormat.stable_shuffle_source)
+        if ins.ra in src.writer:
+            raise EncodeError(f"{where}: the shuffle's source r{ins.ra} is written earlier in the block")
+        code.shfl_reg = ins.ra
+        code.mem_data, code.mem_imm = ("imm", ins.imm & 0xFFFFFFFF) if ins.bimm else (src.of(ins.rb), 0)
         code.mem_c = src.of(ins.rc)
-    if (ins.op in LOAD_OPS or code.mem_op == "ATOM") and ins.rd != ZERO:
-        src.writer[ins.rd] = "ld"       # an atomic returns the old word, which is the loaded value
+    else:
+        code.mem_a, code.mem_imm = src.of(ins.ra), ins.imm & 0xFFFFFFFF
+        if ins.op in STORE_OPS or code.mem_op == "ATOM":
+            code.mem_data = src.of(ins.rb)
+        if ins.op == "ATOM.CAS":
+            code.mem_c = src.of(ins.rc)
+    if (ins.op in LOAD_OPS or code.mem_op in ("ATOM", "SHFL")) and ins.rd != ZERO:
+        src.writer[ins.rd] = "ld"       # an atomic returns the old word, a shuffle its source's: the loaded value

@@ -59,12 +59,15 @@ class GpuSpec:
         return tuple(f"s{k}" for k in range(self.fmt.slots)) + ("ld", "atom")
 
 
-MEM_KINDS = ("none", "LD", "ST", "ATOM")
+MEM_KINDS = ("none", "LD", "ST", "ATOM", "SHFL")
 # read-modify-writes the GPU executes as an atomic: new word = op(old, B) (lib.alu names; EXCH is B itself;
 # STB / STH put B's low byte / halfword into old at the address's byte offset: the sub-word stores;
 # INC / DEC / CAS as the machine's, machine/isa.py; CAS's new word is the third operand C)
 ATOM_OPS = ("ADD", "MIN", "MAX", "MINU", "MAXU", "AND", "OR", "XOR", "EXCH", "STB", "STH", "INC", "DEC", "CAS")
 SUBWORD_STORES = ("STB", "STH")
+SHFL_MODES = ("IDX", "UP", "DOWN", "BFLY")
+# the memory slot's variant (ROM field ctl.variant): an index into its kind's list
+MEM_VARIANTS = {"ATOM": ATOM_OPS, "SHFL": SHFL_MODES}
 RECORD_REG = 15   # an atomic's new word travels like a register write-back to r15's row (never read as r15)
 TERM_KINDS = ("JMP", "BR", "BAR", "EXIT")
 
@@ -82,9 +85,11 @@ def rom_rows(spec: GpuSpec) -> dict[str, list[tuple[str, int]]]:
     rows["ctl"] = [("mem", bits_for(len(MEM_KINDS))), ("mema", bits_for(len(f.sources("mem", "a")))),
                    ("memd", bits_for(len(f.sources("mem", "b")))), ("cond", bits_for(len(f.sources("cond", "c")))),
                    ("term", bits_for(len(TERM_KINDS))), ("taken", bits_for(spec.blocks)),
-                   ("not_taken", bits_for(spec.blocks)), ("atom", bits_for(len(ATOM_OPS)))]
+                   ("not_taken", bits_for(spec.blocks)),
+                   ("variant", bits_for(max(map(len, MEM_VARIANTS.values()))))]
+    # shfl: the register a SHFL reads from its source lane
     rows["reads"] = [(f"r{i}", bits_for(spec.regs)) for i in range(f.reads)] + \
-        [("memc", bits_for(len(f.sources("mem", "c"))))]
+        [("memc", bits_for(len(f.sources("mem", "c")))), ("shfl", bits_for(spec.regs))]
     rows["wbreg"] = [(f"reg{e}", bits_for(spec.regs)) for e in range(spec.wb_entries)]
     rows["wbsrc"] = [("count", bits_for(spec.wb_entries + 1))] + \
         [(f"src{e}", bits_for(len(spec.wb_sources))) for e in range(spec.wb_entries)]

@@ -10,7 +10,7 @@ from ..errors import QgpuError
 from ..machine.isa import BlockFormat, CapacityError, Program
 from .datapath import ALL_ALU_OPCODES
 from .encode import GPU_MEM_OPS, BlockCode, encode_block
-from .layout import ATOM_OPS, MEM_KINDS, PAY_BITS, TERM_KINDS, GpuSpec, field_offsets, rom_rows
+from .layout import MEM_KINDS, MEM_VARIANTS, PAY_BITS, TERM_KINDS, GpuSpec, field_offsets, rom_rows
 from .vocab import Token
 
 
@@ -23,9 +23,10 @@ def block_format(spec: GpuSpec) -> BlockFormat:
     f = spec.fmt
     pre = tuple(frozenset(f.opcodes(k)) for k in range(f.pre))
     post = tuple(frozenset(f.opcodes(k)) for k in range(f.pre, f.slots))
-    # an atomic's record write-back reads its scratch row through the last read port (core.py)
+    # an atomic's record write-back reads its scratch row through the last read port; a shuffle reads its
+    # source lane's register while that lane's block may not have run yet (core.py)
     return BlockFormat(f.pre, f.post, pre, post, f.reads, frozenset(GPU_MEM_OPS), writeback_cost=True,
-                       atomic_reads=f.reads - 1)
+                       atomic_reads=f.reads - 1, stable_shuffle_source=True)
 
 
 def _pack(fields: list[tuple[str, int]], values: dict[str, int]) -> int:
@@ -49,9 +50,10 @@ def _rom_values(code: BlockCode, spec: GpuSpec) -> dict[str, dict[str, int]]:
     out["ctl"] = {"mem": MEM_KINDS.index(code.mem_op or "none"), "mema": code.index(f, "mem", "a"),
                   "memd": code.index(f, "mem", "b"), "cond": code.index(f, "cond", "c"),
                   "term": TERM_KINDS.index(code.term), "taken": code.taken, "not_taken": code.not_taken,
-                  "atom": ATOM_OPS.index(code.atom_op)}
+                  "variant": MEM_VARIANTS[code.mem_op].index(code.variant) if code.mem_op in MEM_VARIANTS else 0}
     out["reads"] = {f"r{i}": r for i, r in enumerate(code.reads)}
     out["reads"]["memc"] = code.index(f, "mem", "c")
+    out["reads"]["shfl"] = code.shfl_reg
     out["wbreg"] = {f"reg{e}": r for e, (r, _) in enumerate(code.writeback)}
     out["wbsrc"] = {"count": len(code.writeback)}
     out["wbsrc"].update({f"src{e}": spec.wb_sources.index(s) for e, (_, s) in enumerate(code.writeback)})

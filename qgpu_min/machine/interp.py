@@ -78,6 +78,26 @@ LOAD_SIZE = {"LD": 4, "LDB": 1, "LDBU": 1, "LDH": 2, "LDHU": 2}
 STORE_SIZE = {"ST": 4, "STB": 1, "STH": 2}
 
 
+def shfl_source(mode: str, lane: int, b: int, c: int) -> int:
+    """The lane whose register SHFL.<mode> (IDX, UP, DOWN, BFLY) reads for lane `lane`, given its B and C
+    operands: PTX shfl.sync's rule with the segment narrowed to the LANES-lane warp; a source outside the
+    segment (or the warp) is the lane itself."""
+    b &= 31
+    segmask = ((c >> 8) & 31) | (~(LANES - 1) & 31)
+    max_lane = (lane & segmask) | (c & 31 & ~segmask)
+    if mode == "UP":
+        j, ok = lane - b, lane - b >= max_lane
+    elif mode == "DOWN":
+        j, ok = lane + b, lane + b <= max_lane
+    elif mode == "BFLY":
+        j = lane ^ b
+        ok = j <= max_lane
+    else:
+        j = (lane & segmask) | (b & ~segmask & 31)
+        ok = j <= max_lane
+    return j if ok and 0 <= j < LANES else lane
+
+
 @dataclass
 class RunResult:
     memory: list[int]                       # final memory words, unsigned
@@ -205,30 +225,9 @@ class _Machine:
 
     def _shfl(self, w: _Warp, ins: Instr, active: list[int]) -> None:
         mode = ins.op[5:]
-        results = []
-        for l in active:
-            r = w.regs[l]
-            b = (ins.imm if ins.bimm else r[ins.rb]) & 31
-            c = r[ins.rc]
-            cval = c & 31
-            segmask = ((c >> 8) & 31) | (~(LANES - 1) & 31)
-            lane = w.special[l][SPECIALS.index("laneid")]
-            max_lane = (lane & segmask) | (cval & ~segmask & 31)
-            min_lane = lane & segmask
-            if mode == "UP":
-                j = lane - b
-                ok = j >= max_lane
-            elif mode == "DOWN":
-                j = lane + b
-                ok = j <= max_lane
-            elif mode == "BFLY":
-                j = lane ^ b
-                ok = j <= max_lane
-            else:
-                j = min_lane | (b & ~segmask & 31)
-                ok = j <= max_lane
-            src = j if ok and 0 <= j < LANES else lane
-            results.append((l, w.regs[src][ins.ra]))
+        lane = SPECIALS.index("laneid")
+        results = [(l, w.regs[shfl_source(mode, w.special[l][lane], ins.imm if ins.bimm else w.regs[l][ins.rb],
+                                          w.regs[l][ins.rc])][ins.ra]) for l in active]
         if ins.rd != ZERO:
             for l, v in results:
                 w.regs[l][ins.rd] = v

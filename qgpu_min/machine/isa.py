@@ -271,6 +271,9 @@ class BlockFormat:
     # the most a block holding an atomic or a sub-word store (a read-modify-write of a word) may read (the
     # GPU reads its record through a read port); None: max_reads
     atomic_reads: int | None = None
+    # a SHFL's source register (ra) is not written anywhere in its block: a target that runs a warp's lanes
+    # one after another (the GPU in the weights) reads the other lanes' ra while their blocks are under way
+    stable_shuffle_source: bool = False
 
     def __post_init__(self) -> None:
         if not (0 <= self.n_pre <= N_PRE and 0 <= self.n_post <= N_POST):
@@ -316,6 +319,14 @@ class BlockFormat:
         if self.atomic_reads is not None and any(i.op.startswith("ATOM.") or i.op in ("STB", "STH") for i in instrs):
             return self.atomic_reads
         return self.max_reads
+
+    def shuffle_clobber(self, instrs: list[Instr]) -> Instr | None:
+        """The first of these instructions (a block's, in order) that writes the source register of a SHFL
+        among them, when the format needs that source unchanged through the block; else None."""
+        if not self.stable_shuffle_source:
+            return None
+        sources = {i.ra for i in instrs if i.op in SHFL_OPS}
+        return next((i for i in instrs if _writes(i) & sources), None)
 
     def fits_some_slot(self, op: str) -> bool:
         """Whether some pre or post slot takes ALU op ``op``: else no block of this format can hold it."""
@@ -363,6 +374,10 @@ def check_block_format(program: Program, fmt: BlockFormat) -> None:
         broken = _slot_rule(fmt, i, b)
         if broken:
             raise CapacityError(broken)
+        clobber = fmt.shuffle_clobber(b.instrs())
+        if clobber is not None:
+            raise CapacityError(f"block B{i}: {format_instr(clobber)} writes r{clobber.rd}, the source of the block's "
+                                f"shuffle; the format needs it unchanged through the block")
         limit = fmt.read_limit(b.instrs())
         if limit is not None:
             reads = live_in_reads(b.instrs(), b.term.ra if b.term.kind == "BR" else ZERO)
