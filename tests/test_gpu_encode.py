@@ -128,14 +128,17 @@ def test_encode_errors_name_the_block() -> None:
     b = Block([Instr("ADD", 1, 2, 3), Instr("ADD", 4, 5, 6), Instr("ADD", 7, 8, 9)])
     with pytest.raises(EncodeError, match="B3: reads more than 4"):
         encode_block(b, FMT, "B3")
-    with pytest.raises(EncodeError, match="VOTE.ANY is not executed"):
-        encode_block(Block(mem=Instr("VOTE.ANY", 1, 15, 3)), FMT, "B0")
-    # a shuffle's source register is read from the other lanes: the block must leave it unchanged
-    with pytest.raises(EncodeError, match="B0: the shuffle's source r2 is written earlier"):
+    with pytest.raises(EncodeError, match="VOTE.ANY of the constant 1 is not executed"):
+        encode_block(Block(mem=Instr("VOTE.ANY", 1, 15, 15, imm=1, bimm=True)), FMT, "B0")
+    # a shuffle's source and a vote's predicate are read from the other lanes: the block leaves them unchanged
+    with pytest.raises(EncodeError, match="B0: r2, read from the other lanes, is written earlier"):
         encode_block(Block([Instr("ADD", 2, 1, 1)], Instr("SHFL.IDX", 1, 2, 3, 4)), FMT, "B0")
-    with pytest.raises(EncodeError, match="B0: the shuffle's source r2 is written later"):
+    with pytest.raises(EncodeError, match="B0: r2, read from the other lanes, is written later"):
         encode_block(Block([], Instr("SHFL.IDX", 1, 2, 3, 4), [Instr("ADD", 2, 1, 1)]), FMT, "B0")
-    with pytest.raises(EncodeError, match="B0: the shuffle's source r2 is written later"):
-        encode_block(Block([], Instr("SHFL.IDX", 2, 2, 3, 4)), FMT, "B0")
+    with pytest.raises(EncodeError, match="B0: r2, read from the other lanes, is written later"):
+        encode_block(Block([], Instr("VOTE.ALL", 2, 15, 2)), FMT, "B0")
+    # a vote's word is known late in the pass: only the write-back takes it
+    with pytest.raises(EncodeError, match="B0: reads r1, the result of the block's vote"):
+        encode_block(Block([], Instr("VOTE.ANY", 1, 15, 2), [Instr("ADD", 3, 1, 1)]), FMT, "B0")
     with pytest.raises(EncodeError, match="4 pre"):
         encode_block(Block([Instr("ADD", 1, 1, 1)] * 4), FMT, "B0")

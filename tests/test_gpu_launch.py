@@ -128,10 +128,11 @@ def test_limits_and_unsupported_are_refused_before_launching(kernels, tmp_path):
         launch(kernels["vadd"], args, block=(6, 6), backend="circuit")
     with pytest.raises(CapacityError, match="a grid of 1..64 CTAs; the grid is 13x5 = 65 CTAs"):
         launch(kernels["vadd"], args, grid=(13, 5), block=4, backend="circuit")
-    src = tmp_path / "vote.cu"
-    src.write_text("__global__ void vote(int* a) { a[threadIdx.x] = __ballot_sync(0xffffffff, a[threadIdx.x] > 1); }\n")
-    with pytest.raises(CapacityError, match="backend 'circuit' cannot run this kernel: .*VOTE.BALLOT"):
-        launch(compile_kernel(src), [[0, 0]], block=2, backend="circuit")
+    src = tmp_path / "many.cu"       # 40 ifs: 81 blocks, over the ROM's 64
+    src.write_text("__global__ void many(int* a) {\n" + "".join(f"if (a[{i}] > {i}) a[{i} + 1] += {i};\n"
+                                                                for i in range(40)) + "}\n")
+    with pytest.raises(CapacityError, match="program needs 81 blocks; the GPU's ROM holds 64 \\(over by 17\\)"):
+        launch(compile_kernel(src), [[0] * 41], block=2, backend="circuit")
 
 
 def test_memory_fault_is_an_error_naming_the_block(tmp_path):

@@ -6,7 +6,7 @@ CTA, more than 64 blocks or 1024 memory words, an op it lacks) is skipped with t
 it does not fit. Anything else that goes wrong fails.
 
 Default run: a representative set (loops, divergence, barriers across warps, shared memory, atomics,
-division by a constant, grids, a 2-D launch, several warps, shuffles) in fp32, two in bf16. `-m slow`: every case at every launch shape that fits, fp32 and bf16.
+division by a constant, grids, a 2-D launch, several warps, shuffles, votes) in fp32, two in bf16. `-m slow`: every case at every launch shape that fits, fp32 and bf16.
 """
 from __future__ import annotations
 
@@ -32,11 +32,11 @@ def run_on_gpu(case: Case, shape: Shape, mode: str) -> None:
 
 
 # (case, launch shape): loops and divergence, shared memory and atomics, bytes, division by a constant (MULHU
-# rewritten), grids of CTAs and a 2-D block and grid, shuffles; shapes kept small for the default run's time
+# rewritten), grids of CTAs and a 2-D block and grid, shuffles, votes; shapes kept small for the default run's time
 REPRESENTATIVE = (("vec_add", "g3x1-b8x1"), ("collatz", "g1x1-b4x1"), ("histogram_shared", "g3x1-b8x1"),
                   ("branch_chain", "g1x1-b4x1"), ("atomic_minmax", "g2x1-b7x1"), ("search_break", "g1x1-b4x1"),
                   ("divmod_const", "g1x1-b3x1"), ("index_2d", "g2x2-b4x2"), ("bytes-brighten", "g1x1-b4x1"),
-                  ("warp_scan", "g1x1-b4x1"), ("warp_2d", "g1x1-b2x2"))
+                  ("warp_scan", "g1x1-b4x1"), ("warp_2d", "g1x1-b2x2"), ("ballot", "g1x1-b4x1"))
 _BY_ID = {c.id: c for c in CASES}
 
 

@@ -16,7 +16,7 @@ from qgpu_min.cuda.ptx import parse_ptx, select_kernel
 from qgpu_min.host.launch import CompiledKernel
 from qgpu_min.machine.isa import (LOAD_OPS, MACHINE_FORMAT, MEM_OPS, N_POST, N_PRE, Block, BlockFormat,
                                   CapacityError, Instr, MachineError, Program, Term, check_block_format,
-                                  decode, encode)
+                                  cross_lane_source, decode, encode)
 
 ARITH = frozenset({"ADD", "SUB", "SEQ", "SNE", "SLT", "SLE", "SLTU", "SLEU"})
 LOGIC = frozenset({"AND", "OR", "XOR", "SHL", "SHR", "SRA"})
@@ -109,27 +109,35 @@ def test_check_block_format_names_block_and_rule() -> None:
     check_block_format(_program(ok, Block(pre=[Instr("ADD", 1, 2, 3), xor])), atomic)   # 4 reads, no atomic
     with pytest.raises(CapacityError, match=r"reads 4 registers .* a block with an atomic allows 3 \(over by 1\)"):
         check_block_format(_program(ok, atom), atomic)
-    stable = BlockFormat(stable_shuffle_source=True)
+    stable = BlockFormat(lane_serial=True)
     shfl = Instr("SHFL.DOWN", 1, 2, 3, 4, imm=1, bimm=True)
     check_block_format(_program(ok, Block(pre=[add], mem=shfl)), stable)         # writes r1, reads r2: fine
     for block in (Block(pre=[Instr("ADD", 2, 5, 6)], mem=shfl), Block(mem=shfl, post=[Instr("XOR", 2, 1, 1)])):
         check_block_format(_program(ok, block), BlockFormat())                   # the machine does not mind
-        with pytest.raises(CapacityError, match=r"B1: .* writes r2, the source of the block's shuffle"):
+        with pytest.raises(CapacityError, match=r"B1: .* writes r2, which a shuffle or vote reads from the other lanes"):
+            check_block_format(_program(ok, block), stable)
+    vote = Instr("VOTE.ANY", 1, 15, 2)
+    check_block_format(_program(ok, Block(mem=vote, post=[Instr("ADD", 3, 2, 2)])), stable)
+    for block, message in ((Block(mem=vote, post=[Instr("ADD", 3, 1, 2)]), "reads the result of the vote"),
+                           (Block(mem=vote, term=Term("BR", 1, 0, 0)), "the branch reads r1, the result of the block's vote"),
+                           (Block(mem=Instr("VOTE.ALL", 2, 15, 2)), "writes r2, which a shuffle or vote")):
+        with pytest.raises(CapacityError, match=f"B1: .*{message}"):
             check_block_format(_program(ok, block), stable)
 
 
 @pytest.mark.parametrize("compiler", COMPILERS)
 def test_shuffle_sources_stay_unwritten(compiler: str) -> None:
-    """stable_shuffle_source (the GPU's format): no block writes the register its shuffle reads from other
-    lanes (not before it, not after it, not as the shuffle's own result, though `v = __shfl_xor(v, m)` asks
-    for that), and the shuffle kernels still run exactly."""
-    fmt = BlockFormat(n_pre=3, n_post=2, max_reads=4, stable_shuffle_source=True)
-    for name in ("warp_reduce_xor", "warp_scan", "shfl_width", "shuffle_idx", "warp_2d"):
+    """lane_serial (the GPU's format): no block writes the register its shuffle or vote reads from other
+    lanes (not before it, not after it, not as the result, though `v = __shfl_xor(v, m)` asks for that), no
+    block reads its vote's result (`if (__any_sync(...))` branches in a block of its own), and the shuffle
+    and vote kernels still run exactly."""
+    fmt = BlockFormat(n_pre=3, n_post=2, max_reads=4, lane_serial=True)
+    for name in ("warp_reduce_xor", "warp_scan", "shfl_width", "shuffle_idx", "warp_2d", "ballot", "warp_vote_manual"):
         case = BY_ID[name]
         kernel = _lowered(case, compiler, fmt)
         check_block_format(kernel.program, fmt)
-        shuffles = [b.mem for b in kernel.program.blocks if b.mem is not None and b.mem.op.startswith("SHFL")]
-        assert shuffles and all(s.rd != s.ra for s in shuffles)
+        cross = [b.mem for b in kernel.program.blocks if b.mem is not None and b.mem.op[:4] in ("SHFL", "VOTE")]
+        assert cross and all(s.rd != cross_lane_source(s) for s in cross)
         for shape in _default_shapes(case):
             run_case(case, compiler, shape, kernel)
 

@@ -163,10 +163,10 @@ def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = 
         return out
 
     def within_reads(placed: list[Instr], ins: Instr) -> bool:
-        """ins may join the chunk: its reads stay within the limit, and no shuffle's source is written."""
+        """ins may join the chunk: its reads stay within the limit, and the lane_serial rule holds."""
         limit = fmt.read_limit(placed + [ins])
         return (limit is None or len(live_in_reads(placed + [ins])) <= limit) and \
-            fmt.shuffle_clobber(placed + [ins]) is None
+            fmt.lane_serial_rule(placed + [ins]) is None
 
     def candidates(here: set[int], keep: Callable[[int], bool] = lambda k: True,
                    mem_next: int | None = None) -> list[int]:
@@ -269,7 +269,8 @@ def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = 
             pre, post = prune(pre, used), prune(post, used)
         chunks.append((slots(pre), ops[mem] if mem is not None else None, slots(post)))
     limit = fmt.read_limit(placed)
-    if chunks and limit is not None and len(live_in_reads(placed, branch_reg)) > limit:
+    if chunks and ((limit is not None and len(live_in_reads(placed, branch_reg)) > limit)
+                   or fmt.lane_serial_rule(placed, branch_reg) is not None):
         chunks.append(([], None, []))
     return chunks or [([], None, [])]
 

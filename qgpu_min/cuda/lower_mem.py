@@ -169,12 +169,19 @@ class MemOps:
             raise self.err("unknown vote mode")
         d, p = self.dst(ins.operands[0]), self.src(ins.operands[1])
         if mode != "uni":
-            self.emit("VOTE." + mode.upper(), d, RZ, p)
+            self._vote(mode.upper(), d, p)
             return
-        al = self.emit("VOTE.ALL", self.tmp(), RZ, p)          # uniform: all true or none true
-        an = self.emit("VOTE.ANY", self.tmp(), RZ, p)
+        al, an = self._vote("ALL", self.tmp(), p), self._vote("ANY", self.tmp(), p)   # uniform: all or none true
         self.emit("XOR", an, an, 1)
         self.emit("OR", d, al, an)
+
+    def _vote(self, mode: str, d: str, p: str | int) -> str:
+        """VOTE.<mode> d over predicate p; a constant predicate folds: ANY / ALL to itself (the voting lane is
+        active), BALLOT to the active mask or 0."""
+        if isinstance(p, int) and (mode != "BALLOT" or not p):
+            self.mov(d, int(bool(p)) if mode != "BALLOT" else 0)
+            return d
+        return self.emit("VOTE." + mode, d, RZ, 1 if isinstance(p, int) else p)
 
     def op_activemask(self, ins: Instr) -> None:
         self.emit("VOTE.BALLOT", self.dst(ins.operands[0]), RZ, 1)

@@ -7,7 +7,7 @@ each use and stored after each definition; each such access is a memory op, so i
 """
 from __future__ import annotations
 
-from ..machine.isa import ALU_OPS, MEM_WORDS, SHFL_OPS, SPECIAL, CapacityError
+from ..machine.isa import ALU_OPS, MEM_WORDS, SHFL_OPS, SPECIAL, VOTE_OPS, CapacityError
 from .lower_cfg import BB
 from .lower_ir import RZ, LoweringError, V
 from .lower_ir import MemoryLayout
@@ -71,9 +71,10 @@ def _colour(blocks: dict[str, BB], order: list[str]) -> tuple[dict[str, int], li
         for r in live:
             node(r)
         for v in reversed(blocks[n].ops + [blocks[n].term]):
-            # a shuffle's result never takes its source's register: a target that runs a warp's lanes one
-            # after another reads the other lanes' source while the first lanes' results are written back
-            clash = live | ({v.a} - {RZ} if v.op in SHFL_OPS else set())
+            # a shuffle's or vote's result never takes the register it reads from the other lanes: a target
+            # that runs a warp's lanes one after another reads it while the first lanes' results are written
+            cross = v.a if v.op in SHFL_OPS else v.b if v.op in VOTE_OPS and not v.bimm else RZ
+            clash = live | ({cross} - {RZ})
             for d in v.defs():
                 node(d)
                 count[d] = count.get(d, 0) + 1

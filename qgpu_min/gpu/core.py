@@ -11,13 +11,17 @@ Data flow of one token, in depth order (the planner places each part as early as
   decode      ROM bits -> one-hot fields for the datapath
   registers   (memory, rows (warp * lanes + lane) * 16 + r) read through the block's read ports; written
               by the W3 token of a write-back, whose 32 bits arrive over WA, WB, W3 (conv taps)
+  step        (memories) the previous EXEC (from the token before, through the conv tap) and the lanes of the
+              current warp step that ran before this one; a vote's predicate in every lane (a register-file
+              copy, 4 ports)
   datapath    datapath.py: pre slots, memory address and data
   shuffle     (memory) a copy of the register file, written as it is, read at (warp, source lane, register)
   data memory (memory) loads, stores, atomics' records, and the prompt's array words (`pay` x3 + `mem`)
   datapath    post slots, branch condition
   warp table  (memory, one row per lane of each warp: pc, exited) updated by EXEC
   scheduler   the next EXEC (same block, next active lane; the warp's next step; the next ready warp,
-              or a barrier opening) or the end of the CTA
+              or a barrier opening) or the end of the CTA; a vote's word, once the step's active lanes
+              after this one are known (its own outbox: only the write-back reads it)
   outbox      (memories) the EXEC's slot results and load, read by the write-back tokens
   output      the code of the next token: WA/WB/W3 of the next write-back entry, the scheduler's
               decision, CTA tokens for the next CTA, HALT after the last, or FAULT
@@ -28,9 +32,10 @@ carry them, so both kinds of write share a memory. A cta token clears what a CTA
 registers, the warp tables); memory and ROM persist across CTAs, as on the machine.
 
 Limits (GpuSpec): warps x lanes threads per CTA (any 2-D block shape within them), spec.ctas CTAs; word
-LD/ST, the read-modify-writes of layout.ATOM_OPS (the atomics, byte and halfword stores), the shuffles
-(their source register unchanged through the block: program.block_format), no votes yet; the
-datapath's ALU opcodes; ROM of spec.blocks blocks, spec.mem_words words of memory.
+LD/ST, the read-modify-writes of layout.ATOM_OPS (the atomics, byte and halfword stores), shuffles and
+votes (the register they read from other lanes unchanged through the block, a vote's result not read in
+it: BlockFormat.lane_serial); the datapath's ALU opcodes; ROM of spec.blocks blocks, spec.mem_words words
+of memory.
 """
 from __future__ import annotations
 
@@ -44,7 +49,7 @@ from ..circuit.ir import (CONST, ROW_CHANNELS, Circuit, Group, Product, Unit, Wo
                           view)
 from .datapath import BlockFields, SlotFields, lane_datapath, post_slots
 from .layout import (ATOM_OPS, KINDS, MEM_KINDS, PAY_BITS, RECORD_REG, SHFL_MODES, SMALL_BITS, TERM_KINDS,
-                     WB_PAYLOADS, GpuSpec, bits_for, field_offsets, rom_rows)
+                     VOTE_MODES, WB_PAYLOADS, GpuSpec, bits_for, field_offsets, rom_rows)
 
 # the atomic ALU's op one-hot follows layout.ATOM_OPS: lib.alu ops, then the extra words (EXCH: B itself;
 # STB, STH: old with B's low byte / halfword put in; INC, DEC: the wrapping counters; CAS: C if old == B)
@@ -166,7 +171,7 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     code_in = {"kind": c.input("code_kind", len(KINDS)), "b": c.input("code_b", B), "l": c.input("code_l", L),
                "w": c.input("code_w", NW), "p": c.input("code_p", 2),
                "e": c.input("code_e", W), "pay": [c.input(f"code_pay[{i}]", 2) for i in range(PAY_BITS)]}
-    is_init = _kind_is(kind, "init")
+    is_init, is_exec = _kind_is(kind, "init"), _kind_is(kind, "exec")
     clears = _kind_is(kind, "init", "cta")     # initialises its warp's registers and the write-back pointer
     is_cta = _kind_is(kind, "cta")
 
@@ -253,6 +258,8 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     # the memory slot's variant: an atomic's op (the atomic ALU's one-hot), or a shuffle's mode (a view of it)
     variant = field_of("ctl", "variant", len(ATOM_OPS))
     shfl_mode = decode_view(variant, len(SHFL_MODES), lambda e: e if e < len(SHFL_MODES) else None, "shfl.mode")
+    vote_mode = decode_view(variant, len(VOTE_MODES), lambda e: e if e < len(VOTE_MODES) else None, "vote.mode")
+    cross_reg = field_of("reads", "cross", spec.regs)
     read_reg = [field_of("reads", f"r{i}", spec.regs) for i in range(fmt.reads)]
     wb_reg = [field_of("wbreg", f"reg{e}", spec.regs) for e in range(W)]
     wb_count = field_of("wbsrc", "count", W + 1)
@@ -295,6 +302,41 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     regs = c.access(c.memory("regs", NW * L * R, (2,) * 32), in_warp(reg_waddr, L * R + 1), reg_now,
                     [in_warp(a) for a in reg_raddr], alternatives=assembled, reset=cta_first)
     scratch = regs[scratch_port]
+
+    # ---- the warp step's lanes so far (a vote's active lanes before this one) ------------------------------
+    # 'prev' gets, on each EXEC, the previous token's context (conv tap 1): the last EXEC's block bits, lane
+    # and warp (a write-back's context is its EXEC's; after init or cta tokens warp w, block 0, lane 0). A
+    # step starts unless the last EXEC was the same warp and block at a lower lane (lanes of a step run in
+    # increasing order, and a step at the block a step just ran runs a subset of its lanes)
+    def tapped(g: Group, name: str) -> Group:
+        """g on every token but init (absent there): the previous-token source of prev's fields."""
+        return c.gate(name, g.size + 1, g.size, [lib.and_unit([(is_init, 0), (g, v)], ((v, 1), (g.size, -1)))
+                                                 for v in range(g.size)])
+    prev_src = [tapped(g, f"prev.src{i}") for i, g in enumerate(b_bits + [cur_l, cur_w])]
+    prev_now = [decode_view(kind, g.size, lambda e, n=g.size - 1: 0 if KINDS[e] == "init" else n, f"prev.now{i}")
+                for i, g in enumerate(prev_src)]
+    prev = c.access(c.memory("prev", 1, tuple(g.size - 1 for g in prev_src)), _row0_when(kind, "exec", "init"),
+                    prev_now, [_const_row(1, 0)], alternatives=[(i, g, 1) for i, g in enumerate(prev_src)])[0]
+    same_b = c.gate("prev.same_b", 2, 0, [lib.and_unit(_is(prev[:len(b_bits)], v) + _is(b_bits, v), lib.SET)
+                                         for v in range(B)])
+    p_l, p_w = prev[len(b_bits)], prev[len(b_bits) + 1]
+    goes_on = c.gate("step.goes_on", 2, 0, [lib.and_unit([(same_b, 1), (p_w, w), (cur_w, w), (p_l, a), (cur_l, l)],
+                                                          lib.SET) for w in range(NW) for l in range(L) for a in range(l)])
+    step_start = c.gate("step.start", 2, 0, [lib.and_unit([(is_exec, 1), (goes_on, 0)], lib.SET)])
+    # 'step': one row per lane, emptied and written whole (every row: this lane) by a step's first EXEC, row l
+    # (l) by the step's EXEC of lane l; so row j names j exactly when lane j has run in this step
+    step_w = c.gate("step.w", L + 2, L, [lib.and_unit([(is_init, 1)], ((L + 1, 1), (L, -1))),
+                                         lib.and_unit([(step_start, 1)], ((L + 1, 1), (L, -1)))]
+                    + [lib.and_unit([(is_exec, 1), (goes_on, 1), (cur_l, l)], ((l, 1), (L, -1))) for l in range(L)])
+    ran = [decode_view(g, 2, lambda e, j=j: int(e == j), f"ran{j}") for j, g in enumerate(
+        r[0] for r in c.access(c.memory("step", L, (L,)), step_w, [cur_l], [_const_row(L, j) for j in range(L)],
+                               reset=step_start))]
+    # the vote's predicate of every lane of the warp: register `cross` is nonzero (a copy of the register file
+    # read at each lane; the block leaves that register unchanged, so every lane's holds the step's value)
+    votes_rd = c.access(c.memory("regs.votes", NW * L * R, (2,) * 32), in_warp(reg_waddr, L * R + 1), reg_now,
+                        [Product((cur_w, _const_row(L, j), cross_reg), (NW, L, R)) for j in range(L)],
+                        alternatives=assembled, reset=cta_first)
+    nonzero = [c.gate(f"vote.nz{j}", 2, 0, lib.step_units([(b, 1, 1) for b in w], 1)) for j, w in enumerate(votes_rd)]
     # a W3 whose entry is the record (register r15) writes the assembled word to memory too
     record = c.gate("record", 2, 0, [lib.and_unit([(ends, 1), (x_e, e), (wb_reg[e], RECORD_REG)], lib.SET)
                                      for e in range(W)])
@@ -337,7 +379,6 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     LO, HI = 1 << lo_bits, N >> lo_bits
     word_lo = lib.onehot_of_bits(c, addr[2:2 + lo_bits], LO, "mem.lo")
     word_hi = lib.onehot_of_bits(c, addr[2 + lo_bits:2 + nb], HI, "mem.hi") if HI > 1 else _const_row(1, 0)
-    is_exec = _kind_is(kind, "exec")
     accesses = decode_view(mem_kind, 2, lambda e: int(MEM_KINDS[e] in ("LD", "ST", "ATOM")), "accesses")
     # outside the memory, or misaligned: a word access needs both low bits 0, STH bit 0, STB neither
     # (4 per high bit, 2 for bit 0, 1 for bit 1, less 3 for STB and 1 for STH: >= 1 exactly when it faults)
@@ -371,7 +412,7 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     is_shfl = decode_view(mem_kind, 2, lambda e: int(MEM_KINDS[e] == "SHFL"), "is_shfl")
     src_lane = c.gate("shfl.src", L, 0, _shuffle_units(is_shfl, shfl_mode, cur_l, out.store_data, out.third))
     (shuffled,) = c.access(c.memory("regs.lanes", NW * L * R, (2,) * 32), in_warp(reg_waddr, L * R + 1), reg_now,
-                           [Product((cur_w, src_lane, field_of("reads", "shfl", R)), (NW, L, R))],
+                           [Product((cur_w, src_lane, cross_reg), (NW, L, R))],
                            alternatives=assembled, reset=cta_first)
     # the memory slot's value: the loaded word, or the shuffled one
     slot_value = [c.gate(f"ld[{i}]", 2, 0, [lib.and_unit([(is_shfl, 0), (loaded[i], 1)], lib.SET),
@@ -434,6 +475,21 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     cand = [c.gate(f"cand{j}", 2, 0, [lib.and_unit(
         [(decode_view(cur_l, 2, lambda e, j=j: int(e < j), f"l<{j}"), 1), (live[j], 1), (pcs[j], v)] + _is(b_bits, v),
         lib.SET) for v in range(B)]) for j in range(L)]
+    # a vote: the step's active lanes are those that ran before this one (the step memory), this one, and the
+    # candidates after it; its word goes to the outbox for the write-back (the block does not read it)
+    active = [c.gate(f"vote.active{j}", 2, 0, [lib.and_unit([(cand[j], 1)], lib.SET), lib.and_unit([(cur_l, j)], lib.SET)]
+                     + [lib.and_unit([(cur_l, l), (ran[j], 1)], lib.SET) for l in range(j + 1, L)]) for j in range(L)]
+    vm = {m: (vote_mode, VOTE_MODES.index(m)) for m in VOTE_MODES}
+    yes = [c.gate(f"vote.yes{j}", 2, 0, [lib.and_unit([(active[j], 1), (nonzero[j], 1), vm["BALLOT"]], lib.SET),
+                                         lib.and_unit([(active[j], 1), (nonzero[j], 1), vm["ANY"]], lib.SET),
+                                         lib.and_unit([(active[j], 1), vm["MASK"]], lib.SET)]) for j in range(L)]
+    fails = [c.gate(f"vote.no{j}", 2, 0, [lib.and_unit([(active[j], 1), (nonzero[j], 0)], lib.SET)]) for j in range(L)]
+    vote_bits = [c.gate("vote[0]", 2, 0, [lib.and_unit([(yes[0], 1), vm[m]], lib.SET) for m in ("BALLOT", "MASK")]
+                        + lib.gated(lib.step_units([(y, 1, 1) for y in yes], 1), [vm["ANY"]])
+                        + lib.gated(lib.step_units([(f, 1, -1) for f in fails], 0), [vm["ALL"]]))]
+    vote_bits += [c.gate(f"vote[{j}]", 2, 0, [lib.and_unit([(yes[j], 1), vm[m]], lib.SET) for m in ("BALLOT", "MASK")])
+                  for j in range(1, L)]
+    to_outbox("vote", vote_bits + [const_bit(0)] * (32 - L))
     next_in_step = c.gate("next.lane", L + 1, L, [lib.and_unit(
         [(cand[j], 1)] + [(cand[i], 0) for i in range(j)], ((j, 1), (L, -1))) for j in range(L)])
     # a new step: the first live lane at the lowest pc (key = pc * lanes + lane, compared in binary)
@@ -537,12 +593,13 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     # the value of that entry: every source but the last slot's is selected as soon as they exist, so at the
     # widest point (the last slot) only one word waits for it
     last = f"s{fmt.slots - 1}"
-    early = [s for s in spec.wb_sources if s != last]
+    early = [s for s in spec.wb_sources if s not in (last, "vote")]
     src_early = decode_view(src, len(early) + 1, lambda e: early.index(spec.wb_sources[e])
                             if spec.wb_sources[e] in early else len(early), "wb.src.early")
     partial = lib.mux_onehot(c, src_early, [box[s] for s in early] + [[const_bit(0)] * 32], "wb.partial")
-    is_last = decode_view(src, 2, lambda e: int(spec.wb_sources[e] == last), "wb.src.last")
-    value = lib.mux_word(c, is_last, box[last], partial, "wb.value")
+    late = decode_view(src, 3, lambda e: (last, "vote").index(spec.wb_sources[e]) + 1
+                       if spec.wb_sources[e] in (last, "vote") else 0, "wb.src.late")
+    value = lib.mux_onehot(c, late, [partial, box[last], box["vote"]], "wb.value")
     K = {n: KINDS.index(n) for n in KINDS}
     # the next entry goes out in one w1 token when its value is a sign-extended SMALL_BITS number
     fits = c.gate("wb.fits", 2, 0, [lib.and_unit([(value[i], v) for i in range(SMALL_BITS - 1, 32)], lib.SET)

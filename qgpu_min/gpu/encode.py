@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import QgpuError
-from ..machine.isa import LOAD_OPS, SHFL_OPS, SPECIALS, STORE_OPS, ZERO, Block, Instr
+from ..machine.isa import LOAD_OPS, SHFL_OPS, SPECIALS, STORE_OPS, VOTE_OPS, ZERO, Block, Instr
 from .datapath import ALU_OF_OPCODE, CoreFormat
 from .layout import ATOM_OPS, RECORD_REG, SUBWORD_STORES
 
 GPU_MEM_OPS = ("LD", "ST") + SUBWORD_STORES + tuple(f"ATOM.{op}" for op in ATOM_OPS if op not in SUBWORD_STORES) \
-    + SHFL_OPS
+    + SHFL_OPS + VOTE_OPS
 
 
 class EncodeError(QgpuError):
@@ -37,13 +37,13 @@ class SlotCode:
 class BlockCode:
     slots: list[SlotCode]
     reads: list[int]             # register of each read port (unused ports read r0)
-    mem_op: str | None           # LD, ST, ATOM, SHFL (layout.MEM_KINDS) or None
-    variant: str = ""            # ATOM: the op (layout.ATOM_OPS); SHFL: the mode (layout.SHFL_MODES)
+    mem_op: str | None           # LD, ST, ATOM, SHFL, VOTE (layout.MEM_KINDS) or None
+    variant: str = ""            # ATOM: the op; SHFL, VOTE: the mode (layout.MEM_VARIANTS)
     mem_a: str = "zero"
     mem_imm: int = 0
     mem_data: str = "zero"
     mem_c: str = "zero"          # CAS: the word stored when old == B; SHFL: C (the segment and clamp)
-    shfl_reg: int = 0            # SHFL: the register read from the source lane
+    cross_reg: int = 0           # SHFL, VOTE: the register read from the other lanes
     cond: str = "zero"
     term: str = "EXIT"
     taken: int = 0
@@ -69,6 +69,8 @@ class _Sources:
         if r == ZERO:
             return "zero"
         if r in self.writer:
+            if self.writer[r] == "vote":
+                raise EncodeError(f"{self.where}: reads r{r}, the result of the block's vote, in the same block")
             return self.writer[r]
         if r not in self.reads:
             if len(self.reads) == self.fmt.reads:
@@ -90,8 +92,9 @@ def encode_block(block: Block, fmt: CoreFormat, where: str = "block") -> BlockCo
         _mem_slot(block.mem, code, src, where)
     for j, ins in enumerate(block.post):
         _alu_slot(fmt, fmt.pre + j, ins, slots[fmt.pre + j], src, where)
-    if code.mem_op == "SHFL" and any(i.rd == code.shfl_reg for i in [block.mem] + block.post if i.op != "NOP"):
-        raise EncodeError(f"{where}: the shuffle's source r{code.shfl_reg} is written later in the block")
+    if code.mem_op in ("SHFL", "VOTE") and any(i.rd == code.cross_reg for i in [block.mem] + block.post
+                                                if i.op != "NOP" and code.cross_reg != ZERO):
+        raise EncodeError(f"{where}: r{code.cross_reg}, read from the other lanes, is written later in the block")
     t = block.term
     code.term, code.taken, code.not_taken = t.kind, t.taken, t.not_taken
     if t.kind == "BR":
@@ -131,16 +134,26 @@ def _mem_slot(ins: Instr, code: BlockCode, src: _Sources, where: str) -> None:
                           f"{', '.join(GPU_MEM_OPS)})")
     # a sub-word store is a read-modify-write of its word: the GPU runs it as an atomic without a result
     code.mem_op = "ATOM" if ins.op.startswith("ATOM.") or ins.op in SUBWORD_STORES else ins.op.split(".")[0]
-    if code.mem_op in ("ATOM", "SHFL"):
+    if code.mem_op in ("ATOM", "SHFL", "VOTE"):
         code.variant = ins.op.split(".")[-1]
+    if code.mem_op in ("SHFL", "VOTE"):
+        # a shuffle's ra, a vote's rb, are read from the other lanes in the register file: the block must not
+        # write them (BlockFormat.lane_serial). A shuffle's B (lane, delta or mask) and C (segment and clamp)
+        # are this lane's.
+        code.cross_reg = ins.ra if code.mem_op == "SHFL" else ZERO if ins.bimm else ins.rb
+        if code.cross_reg in src.writer:
+            raise EncodeError(f"{where}: r{code.cross_reg}, read from the other lanes, is written earlier in the block")
     if code.mem_op == "SHFL":
-        # B (the lane, delta or mask) and C (the segment and clamp) are this lane's; ra is read from the source
-        # lane, in the register file: the block must not write it (BlockFormat.stable_shuffle_source)
-        if ins.ra in src.writer:
-            raise EncodeError(f"{where}: the shuffle's source r{ins.ra} is written earlier in the block")
-        code.shfl_reg = ins.ra
         code.mem_data, code.mem_imm = ("imm", ins.imm & 0xFFFFFFFF) if ins.bimm else (src.of(ins.rb), 0)
         code.mem_c = src.of(ins.rc)
+    elif code.mem_op == "VOTE":
+        if ins.bimm or ins.rb == ZERO:    # the lowering folds other constant votes (cuda/lower_mem.py)
+            if ins.op != "VOTE.BALLOT" or not ins.imm or not ins.bimm:
+                raise EncodeError(f"{where}: {ins.op} of the constant {ins.imm} is not executed by the circuit")
+            code.variant = "MASK"
+        if ins.rd != ZERO:
+            src.writer[ins.rd] = "vote"     # known late (the lanes after this one): not read in the block
+        return
     else:
         code.mem_a, code.mem_imm = src.of(ins.ra), ins.imm & 0xFFFFFFFF
         if ins.op in STORE_OPS or code.mem_op == "ATOM":

@@ -56,18 +56,20 @@ class GpuSpec:
 
     @property
     def wb_sources(self) -> tuple[str, ...]:
-        return tuple(f"s{k}" for k in range(self.fmt.slots)) + ("ld", "atom")
+        return tuple(f"s{k}" for k in range(self.fmt.slots)) + ("ld", "atom", "vote")
 
 
-MEM_KINDS = ("none", "LD", "ST", "ATOM", "SHFL")
+MEM_KINDS = ("none", "LD", "ST", "ATOM", "SHFL", "VOTE")
 # read-modify-writes the GPU executes as an atomic: new word = op(old, B) (lib.alu names; EXCH is B itself;
 # STB / STH put B's low byte / halfword into old at the address's byte offset: the sub-word stores;
 # INC / DEC / CAS as the machine's, machine/isa.py; CAS's new word is the third operand C)
 ATOM_OPS = ("ADD", "MIN", "MAX", "MINU", "MAXU", "AND", "OR", "XOR", "EXCH", "STB", "STH", "INC", "DEC", "CAS")
 SUBWORD_STORES = ("STB", "STH")
 SHFL_MODES = ("IDX", "UP", "DOWN", "BFLY")
+# MASK: a BALLOT of a constant true predicate (__activemask): the step's active lanes
+VOTE_MODES = ("BALLOT", "ANY", "ALL", "MASK")
 # the memory slot's variant (ROM field ctl.variant): an index into its kind's list
-MEM_VARIANTS = {"ATOM": ATOM_OPS, "SHFL": SHFL_MODES}
+MEM_VARIANTS = {"ATOM": ATOM_OPS, "SHFL": SHFL_MODES, "VOTE": VOTE_MODES}
 RECORD_REG = 15   # an atomic's new word travels like a register write-back to r15's row (never read as r15)
 TERM_KINDS = ("JMP", "BR", "BAR", "EXIT")
 
@@ -87,9 +89,9 @@ def rom_rows(spec: GpuSpec) -> dict[str, list[tuple[str, int]]]:
                    ("term", bits_for(len(TERM_KINDS))), ("taken", bits_for(spec.blocks)),
                    ("not_taken", bits_for(spec.blocks)),
                    ("variant", bits_for(max(map(len, MEM_VARIANTS.values()))))]
-    # shfl: the register a SHFL reads from its source lane
+    # cross: the register a shuffle or a vote reads from the other lanes
     rows["reads"] = [(f"r{i}", bits_for(spec.regs)) for i in range(f.reads)] + \
-        [("memc", bits_for(len(f.sources("mem", "c")))), ("shfl", bits_for(spec.regs))]
+        [("memc", bits_for(len(f.sources("mem", "c")))), ("cross", bits_for(spec.regs))]
     rows["wbreg"] = [(f"reg{e}", bits_for(spec.regs)) for e in range(spec.wb_entries)]
     rows["wbsrc"] = [("count", bits_for(spec.wb_entries + 1))] + \
         [(f"src{e}", bits_for(len(spec.wb_sources))) for e in range(spec.wb_entries)]

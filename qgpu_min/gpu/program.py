@@ -26,7 +26,7 @@ def block_format(spec: GpuSpec) -> BlockFormat:
     # an atomic's record write-back reads its scratch row through the last read port; a shuffle reads its
     # source lane's register while that lane's block may not have run yet (core.py)
     return BlockFormat(f.pre, f.post, pre, post, f.reads, frozenset(GPU_MEM_OPS), writeback_cost=True,
-                       atomic_reads=f.reads - 1, stable_shuffle_source=True)
+                       atomic_reads=f.reads - 1, lane_serial=True)
 
 
 def _pack(fields: list[tuple[str, int]], values: dict[str, int]) -> int:
@@ -53,7 +53,7 @@ def _rom_values(code: BlockCode, spec: GpuSpec) -> dict[str, dict[str, int]]:
                   "variant": MEM_VARIANTS[code.mem_op].index(code.variant) if code.mem_op in MEM_VARIANTS else 0}
     out["reads"] = {f"r{i}": r for i, r in enumerate(code.reads)}
     out["reads"]["memc"] = code.index(f, "mem", "c")
-    out["reads"]["shfl"] = code.shfl_reg
+    out["reads"]["cross"] = code.cross_reg
     out["wbreg"] = {f"reg{e}": r for e, (r, _) in enumerate(code.writeback)}
     out["wbsrc"] = {"count": len(code.writeback)}
     out["wbsrc"].update({f"src{e}": spec.wb_sources.index(s) for e, (_, s) in enumerate(code.writeback)})

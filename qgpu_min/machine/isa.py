@@ -271,9 +271,11 @@ class BlockFormat:
     # the most a block holding an atomic or a sub-word store (a read-modify-write of a word) may read (the
     # GPU reads its record through a read port); None: max_reads
     atomic_reads: int | None = None
-    # a SHFL's source register (ra) is not written anywhere in its block: a target that runs a warp's lanes
-    # one after another (the GPU in the weights) reads the other lanes' ra while their blocks are under way
-    stable_shuffle_source: bool = False
+    # the register a SHFL (ra) or VOTE (rb) reads from the other lanes is not written anywhere in its block,
+    # and a VOTE's result is not read in its own block: a target that runs a warp's lanes one after another
+    # (the GPU in the weights) reads the other lanes' registers while their blocks are under way, and knows
+    # a vote's result only once the lanes after this one are known
+    lane_serial: bool = False
 
     def __post_init__(self) -> None:
         if not (0 <= self.n_pre <= N_PRE and 0 <= self.n_post <= N_POST):
@@ -320,13 +322,24 @@ class BlockFormat:
             return self.atomic_reads
         return self.max_reads
 
-    def shuffle_clobber(self, instrs: list[Instr]) -> Instr | None:
-        """The first of these instructions (a block's, in order) that writes the source register of a SHFL
-        among them, when the format needs that source unchanged through the block; else None."""
-        if not self.stable_shuffle_source:
+    def lane_serial_rule(self, instrs: list[Instr], branch_reg: int = ZERO) -> str | None:
+        """Why these instructions (a block's, in order, then a BR on branch_reg) break the lane_serial rule:
+        an instruction writes the register a shuffle or vote reads from the other lanes, or an instruction
+        (or the BR) reads a vote's result; None when they do not (or the format has no such rule)."""
+        if not self.lane_serial:
             return None
-        sources = {i.ra for i in instrs if i.op in SHFL_OPS}
-        return next((i for i in instrs if _writes(i) & sources), None)
+        sources = {cross_lane_source(i) for i in instrs} - {None}
+        votes: set[int] = set()
+        for i in instrs:
+            if _writes(i) & sources:
+                return f"{format_instr(i)} writes r{i.rd}, which a shuffle or vote reads from the other lanes"
+            if _reads(i) & votes:
+                return f"{format_instr(i)} reads the result of the vote before it in the block"
+            if i.op in VOTE_OPS:
+                votes |= _writes(i)
+        if branch_reg in votes:
+            return f"the branch reads r{branch_reg}, the result of the block's vote"
+        return None
 
     def fits_some_slot(self, op: str) -> bool:
         """Whether some pre or post slot takes ALU op ``op``: else no block of this format can hold it."""
@@ -374,10 +387,9 @@ def check_block_format(program: Program, fmt: BlockFormat) -> None:
         broken = _slot_rule(fmt, i, b)
         if broken:
             raise CapacityError(broken)
-        clobber = fmt.shuffle_clobber(b.instrs())
-        if clobber is not None:
-            raise CapacityError(f"block B{i}: {format_instr(clobber)} writes r{clobber.rd}, the source of the block's "
-                                f"shuffle; the format needs it unchanged through the block")
+        broken = fmt.lane_serial_rule(b.instrs(), b.term.ra if b.term.kind == "BR" else ZERO)
+        if broken:
+            raise CapacityError(f"block B{i}: {broken} (the format runs a warp's lanes one after another)")
         limit = fmt.read_limit(b.instrs())
         if limit is not None:
             reads = live_in_reads(b.instrs(), b.term.ra if b.term.kind == "BR" else ZERO)
@@ -492,6 +504,15 @@ def format_program(program: Program, param_names: list[str] | None = None) -> st
     regs_used = bin(used).count("1")
     lines.insert(0, f"; {len(program.blocks)} blocks (ROM holds {ROM_BLOCKS}), {regs_used} registers used")
     return "\n".join(lines)
+
+
+def cross_lane_source(ins: Instr) -> int | None:
+    """The register a shuffle (ra) or vote (rb) reads from the other lanes of its warp, else None."""
+    if ins.op in SHFL_OPS:
+        return None if ins.ra == ZERO else ins.ra
+    if ins.op in VOTE_OPS and not ins.bimm and ins.rb != ZERO:
+        return ins.rb
+    return None
 
 
 def _reads(ins: Instr) -> set[int]:

@@ -1,4 +1,5 @@
-"""Shuffles on the GPU in the weights: the source-lane rule as circuit units, and launches under --check.
+"""Shuffles and votes on the GPU in the weights: the source-lane rule as circuit units, and launches under
+--check (a vote's active lanes: those of the step before this lane, itself, and the candidates after it).
 
 Oracle: machine.interp.shfl_source (the interpreter's rule) for the units, over every mode, lane and the
 B / C bits that matter plus random words; for the launches the interpreter, token by token, register by
@@ -63,3 +64,34 @@ def test_shuffles_exact_on_the_gpu(tmp_path, n: int, w: int, mode: str) -> None:
     got = launch(kernel, [a, np.zeros(n, np.int64), w], block=n, backend="circuit", mode=mode, check=True)
     assert list(got.arrays["out"]) == list(want)
     assert got.tokens["generated"] > 0
+
+
+VOTES = """
+__global__ void votes(const int* a, unsigned* out, int rounds) {
+    int t = threadIdx.x, v = a[t];
+    unsigned acc = 0;
+    for (int k = 0; k < rounds; k++) {           // the same vote blocks, step after step
+        if ((v + k) % 3 != 0) {                   // diverged: a partial, often non-contiguous active set
+            acc = acc * 7 + __ballot_sync(__activemask(), v > k);
+            acc += __activemask() << 8;
+        } else {
+            acc ^= __any_sync(__activemask(), v & 1) << 4;
+        }
+        acc += __all_sync(0xffffffff, v >= k) << 12;
+        if (__any_sync(0xffffffff, v == k)) acc ^= 0x10000;      // a branch on a vote
+    }
+    out[t] = acc;
+}
+"""
+
+
+@pytest.mark.parametrize("n, rounds, mode", [(7, 4, "fp32"), (11, 3, "bf16")])
+def test_votes_exact_on_the_gpu(tmp_path, n: int, rounds: int, mode: str) -> None:
+    src = tmp_path / "votes.cu"
+    src.write_text(VOTES)
+    kernel = compile_kernel(src)
+    a = np.random.default_rng(n).integers(0, 6, n)
+    want = launch(kernel, [a, np.zeros(n, np.int64), rounds], block=n, backend="interp").arrays["out"]
+    got = launch(kernel, [a, np.zeros(n, np.int64), rounds], block=n, backend="circuit", mode=mode, check=True)
+    assert list(got.arrays["out"]) == list(want)
+    assert len(set(int(x) for x in want)) > 1      # the lanes' votes differ: the active sets matter
