@@ -2,7 +2,7 @@
 reference, and token by token, register by register and word by word against the interpreter (check).
 
 A launch the GPU refuses before starting (over one of its limits: more than 64 CTAs or 32 threads per
-CTA, more than 64 blocks or 1024 memory words, an op it lacks) is skipped with the refusal as the reason:
+CTA, more than 128 blocks or 1024 memory words, an op it lacks) is skipped with the refusal as the reason:
 it does not fit. Anything else that goes wrong fails.
 
 Default run: a representative set (loops, divergence, barriers across warps, shared memory, atomics,

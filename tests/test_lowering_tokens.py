@@ -27,7 +27,7 @@ GPU = block_format(SPEC)
 WIDE = replace(MACHINE_FORMAT, writeback_cost=True)
 DOT_ARGS = [[1, 2, 3], [4, 5, 6], [0], 3]
 DOT_GENERATED = 46          # was 85 before the token-aware lowering
-DOT_PROMPT = 291            # was 363; init tokens: one per warp of the block
+DOT_PROMPT = 305            # was 363; init tokens: one per warp of the block; +6 clear (128 ROM blocks)
 
 
 @functools.cache

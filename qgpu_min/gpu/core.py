@@ -86,9 +86,10 @@ def _const_row(size: int, row: int) -> Group:
     return view(CONST, tuple(0 if e == row else None for e in range(size)), f"row{row}")
 
 
-def _zero_on_init(kind: Group, n: int) -> list[Group]:
-    """'now' source of a word that is 0 on the init token and absent on every other token."""
-    return [decode_view(kind, 3, lambda e: 0 if KINDS[e] == "init" else ABSENT, f"init0[{i}]") for i in range(n)]
+def _zero_on(kind: Group, n: int, *kinds: str) -> list[Group]:
+    """'now' source of a word that is 0 on tokens of these kinds and absent on every other token."""
+    return [decode_view(kind, 3, lambda e: 0 if KINDS[e] in kinds else ABSENT, f"zero.{'_'.join(kinds)}[{i}]")
+            for i in range(n)]
 
 
 def _payload_alternatives(pay: list[Group], taps: tuple[int, ...]) -> list[tuple[int, Group, int]]:
@@ -106,6 +107,13 @@ def _binary(c: Circuit, g: Group, name: str, offset: int = 0) -> list[Group]:
     stay alive long."""
     return [c.gate(f"{name}[{k}]", 2, 0, [lib.and_unit([(g, v)], lib.SET) for v in range(g.size) if (v + offset) >> k & 1])
             for k in range((g.size - 1 + offset).bit_length())]
+
+
+def _equal_units(a: list[Group], b: list[Group], lits: list = ()) -> list[Unit]:
+    """Units of the bit [binary a == binary b] (and the literals `lits`): sum 2^k (a_k - b_k) is 0."""
+    terms = [(a[k], 1, 1 << k) for k in range(len(a))] + [(b[k], 1, -(1 << k)) for k in range(len(b))]
+    units = lib.step_units(terms, 0) + _step_down(terms, 1)
+    return lib.gated(units, list(lits)) if lits else units
 
 
 def _is(bits: list[Group], v: int) -> list[tuple[Group, int]]:
@@ -151,6 +159,7 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     rows = rom_rows(spec)
     n_rom = len(rows)
     L, B, W, NW, T = spec.lanes, spec.blocks, spec.wb_entries, spec.warps, spec.threads
+    NB = bits_for(B)    # a block number is binary everywhere (a one-hot of 128 fits no memory row)
 
     # ---- embedding fields -------------------------------------------------------------------------
     kind = c.input("kind", len(KINDS))
@@ -158,17 +167,19 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     # write-back payloads, one group per token role, so a source is present only on its own role's token
     # (the register file's assembled source must be absent on a w1, whose value comes through 'now')
     wpay = {r: [c.input(f"{r}pay[{i}]", 3) for i in range(n)] for r, n in WB_PAYLOADS.items()}
-    x_b, x_l, x_e = c.input("x_b", B), c.input("x_l", L), c.input("x_e", W)
+    x_b = [c.input(f"x_b[{k}]", 2) for k in range(NB)]
+    x_l, x_e = c.input("x_l", L), c.input("x_e", W)
     x_w, x_p = c.input("x_w", NW), c.input("x_p", 2)   # an EXEC's warp and barrier parity; an init's warp
-    # a ROM write's row m (then none, every row) and block b (then every block): the product is the address
-    x_rm, x_rb = c.input("x_rm", n_rom + 2), c.input("x_rb", B + 1)
+    # a ROM write's row m (then none, every row) and block b (binary): the product is the address
+    x_rm, x_rb = c.input("x_rm", n_rom + 2), [c.input(f"x_rb[{k}]", 2) for k in range(NB)]
     # a mem token's word address, in binary (a one-hot would hold its dims until the data memory's layer)
     x_mem = [c.input(f"x_mem[{k}]", 2) for k in range(bits_for(spec.mem_words))]
     x_n = c.input("x_n", T + 1)                      # a launch token: threads of a CTA, ntid.x, ntid.y
     x_bx, x_by = c.input("x_bx", T + 1), c.input("x_by", T + 1)
     C = spec.ctas       # a cta token's (ctaid.x, ctaid.y); a grid token's (nctaid.x - 1, nctaid.y - 1)
     x_cx, x_cy = c.input("x_cx", C), c.input("x_cy", C)
-    code_in = {"kind": c.input("code_kind", len(KINDS)), "b": c.input("code_b", B), "l": c.input("code_l", L),
+    code_in = {"kind": c.input("code_kind", len(KINDS)), "b": [c.input(f"code_b[{k}]", 2) for k in range(NB)],
+               "l": c.input("code_l", L),
                "w": c.input("code_w", NW), "p": c.input("code_p", 2),
                "e": c.input("code_e", W), "pay": [c.input(f"code_pay[{i}]", 2) for i in range(PAY_BITS)]}
     is_init, is_exec = _kind_is(kind, "init"), _kind_is(kind, "exec")
@@ -177,10 +188,11 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
 
     # ---- context: the current EXEC's block, lane, warp and barrier parity; the CTA; the launch shape ------
     # (the init and cta tokens come last warp first, so the context holds warp 0 when the next EXEC comes)
-    cur_b, cur_l, cur_w, cur_p = c.access(c.memory("ctx", 1, (B, L, NW, 2)), _row0_when(kind, "exec", "init", "cta"),
-                                          [x_b, x_l, x_w, x_p], [_const_row(1, 0)])[0]
-    # the block one-hot addresses the ROM (layer 1); the scheduler, much later, uses its bits
-    b_bits = _binary(c, cur_b, "cur_b")
+    *b_bits, cur_l, cur_w, cur_p = c.access(c.memory("ctx", 1, (2,) * NB + (L, NW, 2)),
+                                            _row0_when(kind, "exec", "init", "cta"), [*x_b, x_l, x_w, x_p],
+                                            [_const_row(1, 0)])[0]
+    # the ROM's rows are addressed by the block's bits (a product address, most significant bit first)
+    rom_at = Product(tuple(reversed(b_bits)), (2,) * NB)
     # (one memory per coordinate: a row holds at most ROW_CHANNELS channels)
     cur_cx, cur_cy, grid_x, grid_y = (
         c.access(c.memory(name, 1, (C,)), _row0_when(kind, on, "init"), [x], [_const_row(1, 0)])[0][0]
@@ -231,10 +243,10 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     for m, name in enumerate(rows):
         mem = c.memory(f"rom.{name}", B, (2,) * 32)
         rom_mems[name] = mem
-        # this row: 0; every row (init): 1; another row or none: 2 (no write)
+        # this row: 0; every row (init, clear: the block's words are 0): 1; another row or none: 2 (no write)
         this = decode_view(x_rm, 3, lambda e, m=m: 0 if e == m else 1 if e == n_rom + 1 else 2, f"rom.{name}.m")
-        waddr = Product((this, x_rb), (1, B), (1, B))
-        rom[name] = c.access(mem, waddr, _zero_on_init(kind, 32), [cur_b],
+        waddr = Product((this, *reversed(x_rb)), (1,) + (2,) * NB, (1,) + (None,) * NB)
+        rom[name] = c.access(mem, waddr, _zero_on(kind, 32, "init", "clear"), [rom_at],
                              alternatives=_payload_alternatives(pay, (3, 2, 1)))[0]
 
     def field_bits(row: str, fname: str) -> list[Group]:
@@ -249,7 +261,7 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
                         rom[f"imm{k}"], field_of(f"slot{k}", "sp", fmt.specials)) for k in range(fmt.slots)]
     fields = BlockFields(slots, field_of("ctl", "mema", len(fmt.sources("mem", "a"))), rom["memimm"],
                          field_of("ctl", "memd", len(fmt.sources("mem", "b"))),
-                         field_of("ctl", "cond", len(fmt.sources("cond", "c"))),
+                         field_of("reads", "cond", len(fmt.sources("cond", "c"))),
                          field_of("reads", "memc", len(fmt.sources("mem", "c"))))
     mem_kind = field_of("ctl", "mem", len(MEM_KINDS))
     term = field_of("ctl", "term", len(TERM_KINDS))
@@ -317,8 +329,7 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
                 for i, g in enumerate(prev_src)]
     prev = c.access(c.memory("prev", 1, tuple(g.size - 1 for g in prev_src)), _row0_when(kind, "exec", "init"),
                     prev_now, [_const_row(1, 0)], alternatives=[(i, g, 1) for i, g in enumerate(prev_src)])[0]
-    same_b = c.gate("prev.same_b", 2, 0, [lib.and_unit(_is(prev[:len(b_bits)], v) + _is(b_bits, v), lib.SET)
-                                         for v in range(B)])
+    same_b = c.gate("prev.same_b", 2, 0, _equal_units(prev[:len(b_bits)], b_bits))
     p_l, p_w = prev[len(b_bits)], prev[len(b_bits) + 1]
     goes_on = c.gate("step.goes_on", 2, 0, [lib.and_unit([(same_b, 1), (p_w, w), (cur_w, w), (p_l, a), (cur_l, l)],
                                                           lib.SET) for w in range(NW) for l in range(L) for a in range(l)])
@@ -449,22 +460,25 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
 
     # ---- warp table: each lane's next pc and exit, rows warp * lanes + lane -------------------------------
     tk = {k: (term, TERM_KINDS.index(k)) for k in TERM_KINDS}
-    pc_units = []
-    for v in range(1, B):
-        pc_units.append(lib.and_unit([(is_exec, 1), tk["JMP"]] + _is(taken, v), ((v, 1), (0, -1))))
-        pc_units.append(lib.and_unit([(is_exec, 1), tk["BR"], (out.cond, 1)] + _is(taken, v), ((v, 1), (0, -1))))
-        pc_units.append(lib.and_unit([(is_exec, 1), tk["BR"], (out.cond, 0)] + _is(not_taken, v), ((v, 1), (0, -1))))
-        pc_units.append(lib.and_unit([(is_exec, 1), tk["BAR"]] + _is(b_bits, v - 1), ((v, 1), (0, -1))))
-    pc_new = c.gate("pc.new", B, 0, pc_units)
+    # the next pc, in binary: JMP / BR's target, or the next block after a BAR (bit k of b + 1 is b_k flipped
+    # when the bits below are all 1)
+    inc = [c.gate(f"b+1[{k}]", 2, 0, [lib.and_unit([(b_bits[k], 1)] + [(b_bits[j], 1) for j in range(i)] + [(b_bits[i], 0)],
+                                                   lib.SET) for i in range(k)]
+                  + [lib.and_unit([(b_bits[k], 0)] + [(b_bits[j], 1) for j in range(k)], lib.SET)]) for k in range(NB)]
+    pc_new = [c.gate(f"pc.new[{k}]", 2, 0, [lib.and_unit([(is_exec, 1), tk["JMP"], (taken[k], 1)], lib.SET),
+                                            lib.and_unit([(is_exec, 1), tk["BR"], (out.cond, 1), (taken[k], 1)], lib.SET),
+                                            lib.and_unit([(is_exec, 1), tk["BR"], (out.cond, 0), (not_taken[k], 1)], lib.SET),
+                                            lib.and_unit([(is_exec, 1), tk["BAR"], (inc[k], 1)], lib.SET)])
+              for k in range(NB)]
     exited_new = c.gate("exited.new", 2, 0, [lib.and_unit([(is_exec, 1), tk["EXIT"]], lib.SET)])
     NL = NW * L
     fresh = [[(is_init, 1)], [(cta_first, 1)]]     # the tokens that initialise the warp tables
     wt_waddr = c.gate("lanes.w", NL + 2, NL, [lib.and_unit(f, ((NL + 1, 1), (NL, -1))) for f in fresh]
                       + [lib.and_unit([(is_exec, 1), (fault, 0), (cur_w, w), (cur_l, l)], ((w * L + l, 1), (NL, -1)))
                          for w in range(NW) for l in range(L)])
-    table = c.access(c.memory("lanes", NL, (B, 2)), wt_waddr, [pc_new, exited_new],
+    table = c.access(c.memory("lanes", NL, (2,) * NB + (2,)), wt_waddr, [*pc_new, exited_new],
                      [Product((cur_w, _const_row(L, j)), (NW, L)) for j in range(L)], reset=cta_first)
-    pcs, exited = [t[0] for t in table], [t[1] for t in table]
+    pc_bits, exited = [t[:NB] for t in table], [t[NB] for t in table]
 
     # ---- scheduler: within the warp's step, then its turn, then the next warp (machine.interp's rule) ----
     # lane j of the current warp exists when warp * lanes + j < threads
@@ -472,9 +486,8 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
         [(cur_w, w), (decode_view(cur_n, 2, lambda e, t=w * L + j: int(t < e), f"n>{w * L + j}"), 1), (exited[j], 0)],
         lib.SET) for w in range(NW)]) for j in range(L)]
     # cand_j: lane j > current lane, live, still at the current block: it runs next in this warp step
-    cand = [c.gate(f"cand{j}", 2, 0, [lib.and_unit(
-        [(decode_view(cur_l, 2, lambda e, j=j: int(e < j), f"l<{j}"), 1), (live[j], 1), (pcs[j], v)] + _is(b_bits, v),
-        lib.SET) for v in range(B)]) for j in range(L)]
+    cand = [c.gate(f"cand{j}", 2, 0, _equal_units(pc_bits[j], b_bits, [
+        (decode_view(cur_l, 2, lambda e, j=j: int(e < j), f"l<{j}"), 1), (live[j], 1)])) for j in range(L)]
     # a vote: the step's active lanes are those that ran before this one (the step memory), this one, and the
     # candidates after it; its word goes to the outbox for the write-back (the block does not read it)
     active = [c.gate(f"vote.active{j}", 2, 0, [lib.and_unit([(cand[j], 1)], lib.SET), lib.and_unit([(cur_l, j)], lib.SET)]
@@ -493,8 +506,7 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     next_in_step = c.gate("next.lane", L + 1, L, [lib.and_unit(
         [(cand[j], 1)] + [(cand[i], 0) for i in range(j)], ((j, 1), (L, -1))) for j in range(L)])
     # a new step: the first live lane at the lowest pc (key = pc * lanes + lane, compared in binary)
-    nbits = (B - 1).bit_length()
-    pc_bits = [onehot_bits(pcs[j], nbits, f"pc{j}") for j in range(L)]
+    nbits = NB
 
     def before(i: int, j: int) -> Group:   # key_i < key_j
         ti = [(pc_bits[j][k], 1, 1 << k) for k in range(nbits)] + [(pc_bits[i][k], 1, -(1 << k)) for k in range(nbits)]
@@ -524,13 +536,14 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     done_new = c.gate("done.new", 2, 0, [lib.and_unit([(is_exec, 1)] + [(first[i], 0) for i in range(L)], lib.SET)])
     bar_new = c.gate("bar.new", 2, 0, [lib.and_unit([(is_exec, 1), (cur_p, 0), (is_bar, 1)], lib.SET),
                                        lib.and_unit([(is_exec, 1), (cur_p, 1), (is_bar, 0)], lib.SET)])
-    nb_new = c.gate("nb.new", B, 0, [lib.and_unit([(first[i], 1), (pcs[i], v)], ((v, 1), (0, -1)))
-                                     for i in range(L) for v in range(1, B)])
+    nb_new = [c.gate(f"nb.new[{k}]", 2, 0, [lib.and_unit([(first[i], 1), (pc_bits[i][k], 1)], lib.SET) for i in range(L)])
+              for k in range(NB)]
     nl_new = c.gate("nl.new", L, 0, [lib.and_unit([(first[i], 1)], ((i, 1), (0, -1))) for i in range(1, L)])
     ws_waddr = c.gate("warps.w", NW + 2, NW, [lib.and_unit(f, ((NW + 1, 1), (NW, -1))) for f in fresh]
                       + [lib.and_unit([(is_exec, 1), (fault, 0), (cur_w, w)], ((w, 1), (NW, -1))) for w in range(NW)])
-    status = c.access(c.memory("warps", NW, (2, 2, B, L)), ws_waddr, [done_new, bar_new, nb_new, nl_new],
+    status = c.access(c.memory("warps", NW, (2, 2) + (2,) * NB + (L,)), ws_waddr, [done_new, bar_new, *nb_new, nl_new],
                       [_const_row(NW, v) for v in range(NW)], reset=cta_first)
+    status = [(st[0], st[1], st[2:2 + NB], st[2 + NB]) for st in status]     # done, parity, next block bits, lane
     exists = [decode_view(cur_n, 2, lambda e, v=v: int(v * L < e), f"n>{v * L}") for v in range(NW)]
     waiting = [c.gate(f"waiting{v}", 2, 0, [lib.and_unit([(exists[v], 1), (status[v][0], 0)], lib.SET)])
                for v in range(NW)]
@@ -556,9 +569,9 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
                                                     + [(waiting[u], 0) for u in range(v)], lib.SET) for v in range(NW)])
     dec_kind = c.gate("dec.kind", 2, 0, [lib.and_unit([(continues, 1)], lib.SET)]
                       + [lib.and_unit([(continues, 0), (chosen, v)], lib.SET) for v in range(NW)])   # 1 = exec
-    dec_b = c.gate("dec.b", B, 0, [lib.and_unit([(continues, 1)] + _is(b_bits, b), ((b, 1), (0, -1))) for b in range(1, B)]
-                   + [lib.and_unit([(continues, 0), (chosen, v), (status[v][2], b)], ((b, 1), (0, -1)))
-                      for v in range(NW) for b in range(1, B)])
+    dec_b = [c.gate(f"dec.b[{k}]", 2, 0, [lib.and_unit([(continues, 1), (b_bits[k], 1)], lib.SET)]
+                    + [lib.and_unit([(continues, 0), (chosen, v), (status[v][2][k], 1)], lib.SET) for v in range(NW)])
+             for k in range(NB)]
     dec_l = c.gate("dec.l", L, 0, [lib.and_unit([(continues, 1), (next_in_step, j)], ((j, 1), (0, -1)))
                                    for j in range(1, L)]
                    + [lib.and_unit([(continues, 0), (chosen, v), (status[v][3], j)], ((j, 1), (0, -1)))
@@ -568,9 +581,9 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     dec_p = c.gate("dec.p", 2, 0, [lib.and_unit([(continues, 1), (cur_p, 1)], lib.SET),
                                    lib.and_unit([(continues, 0), (cur_p, 1), (opens, 0)], lib.SET),
                                    lib.and_unit([(continues, 0), (cur_p, 0), (opens, 1)], lib.SET)])
-    nxt_kind, nxt_b, nxt_l, nxt_w, nxt_p = c.access(
-        c.memory("next", 1, (2, B, L, NW, 2)), _row0_when(kind, "exec", "init"),
-        [dec_kind, dec_b, dec_l, dec_w, dec_p], [_const_row(1, 0)])[0]
+    nxt_kind, *nxt_b, nxt_l, nxt_w, nxt_p = c.access(
+        c.memory("next", 1, (2,) + (2,) * NB + (L, NW, 2)), _row0_when(kind, "exec", "init"),
+        [dec_kind, *dec_b, dec_l, dec_w, dec_p], [_const_row(1, 0)])[0]
 
     # ---- outbox and write-back pointer --------------------------------------------------------------
     ptr_value = c.gate("ptr.v", W + 1, 0, [lib.and_unit([(ends, 1), (x_e, e)], ((e + 1, 1), (0, -1))) for e in range(W)])
@@ -637,7 +650,8 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
                        for v in range(1, size)]
                       + [lib.and_unit([(ends, 1), (after, 1), (nxt_kind, 1), (kept, v)], ((v, 1), (0, -1)))
                          for v in range(1, size)] + list(more))
-    b_out, l_out = exec_field("b", B, dec_b, nxt_b), exec_field("l", L, dec_l, nxt_l)
+    b_out = [exec_field(f"b[{k}]", 2, d, n) for k, (d, n) in enumerate(zip(dec_b, nxt_b))]
+    l_out = exec_field("l", L, dec_l, nxt_l)
     p_out = exec_field("p", 2, dec_p, nxt_p)
     # w: the next EXEC's warp, or a cta token's warp (the block's last, then one down each token)
     w_out = exec_field("w", NW, dec_w, nxt_w,
@@ -658,15 +672,15 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
                               + ([lib.and_unit(when + [(cta_pay[i], 1)], lib.SET) for when in cta_next]
                                  if i < len(cta_pay) else [])))
     outs = {"kind": kind_out, "b": b_out, "l": l_out, "w": w_out, "p": p_out, "e": e_out, "pay": pay_out}
-    pairs = [(outs[n], code_in[n]) for n in ("kind", "b", "l", "w", "p", "e")]
-    pairs += list(zip(pay_out, code_in["pay"]))
+    pairs = [(outs[n], code_in[n]) for n in ("kind", "l", "w", "p", "e")]
+    pairs += list(zip(b_out, code_in["b"])) + list(zip(pay_out, code_in["pay"]))
     for g, _ in pairs:
         c.output(g)
     inputs = {"kind": kind, "pay": pay, **{f"{r}_pay": g for r, g in wpay.items()}, "x_b": x_b, "x_l": x_l, "x_e": x_e, "x_rm": x_rm, "x_rb": x_rb,
               "x_mem": x_mem, "x_n": x_n, "x_bx": x_bx, "x_by": x_by, "x_cx": x_cx, "x_cy": x_cy, "x_w": x_w,
               "x_p": x_p}
-    probes = {"cur_b": cur_b, "cur_l": cur_l, "cur_w": cur_w, "cur_p": cur_p, "cur_cx": cur_cx, "cur_cy": cur_cy,
+    probes = {"cur_b": b_bits, "cur_l": cur_l, "cur_w": cur_w, "cur_p": cur_p, "cur_cx": cur_cx, "cur_cy": cur_cy,
               "status": status, "results": out.results, "loaded": loaded, "address": addr,
-              "cond": out.cond, "fault": fault, "pcs": pcs, "exited": exited, "outs": outs}
+              "cond": out.cond, "fault": fault, "pcs": pc_bits, "exited": exited, "outs": outs}
     return GpuCircuit(spec, c, inputs, code_in, OutputCode(pairs), data_mem, rom_mems, probes)
 

@@ -9,14 +9,15 @@ from .datapath import CoreFormat
 # Token kinds. Prompt: init w (the first tokens, one per warp, last warp first: each initialises every
 # memory, and warp w's rows of the register file), pay (12 payload bits),
 # rom / mem (write the word assembled from the three preceding pay tokens into a ROM row / a memory
-# word), launch (the block shape), grid (the grid shape), go (end of the prompt: the model answers with
+# word), clear (zero every ROM row of a block; init zeroes block 0's, the ROM's other rows are never read
+# before their block is cleared), launch (the block shape), grid (the grid shape), go (end of the prompt: the model answers with
 # the first EXEC).
 # Generated: exec (run a block for one lane of one warp; it carries the barrier parity), wa / wb / w3 (a
 # register write-back: bits 0-11, 12-23, 24-31; the w3 token writes the register), w1 (a whole write-back
 # of a value in [-128, 128)), cta (the next CTA begins: one per warp of the block, last warp first, each
 # clearing that warp's registers as init does; it names the CTA), halt, fault (a memory access outside
 # memory or misaligned).
-KINDS = ("init", "pay", "rom", "mem", "launch", "grid", "go", "exec", "wa", "wb", "w3", "w1", "cta", "halt",
+KINDS = ("init", "pay", "rom", "clear", "mem", "launch", "grid", "go", "exec", "wa", "wb", "w3", "w1", "cta", "halt",
          "fault")
 PAY_BITS = 12
 SMALL_BITS = 8        # a w1 token carries a whole write-back whose value is an 8-bit signed number
@@ -32,7 +33,7 @@ def bits_for(n: int) -> int:
 @dataclass(frozen=True)
 class GpuSpec:
     fmt: CoreFormat = field(default_factory=CoreFormat)
-    blocks: int = 64          # ROM blocks (a power of 4: init writes every block of a ROM row at once)
+    blocks: int = 128         # ROM blocks (at most a head's 128 rows: one head per ROM row and read)
     mem_words: int = 1024     # data memory words (a power of 2: the machine's 1024, thread frames included)
     lanes: int = 4
     warps: int = 8            # per CTA (each init or cta token keys one warp's lanes x regs = 4^3 register rows)
@@ -85,13 +86,13 @@ def rom_rows(spec: GpuSpec) -> dict[str, list[tuple[str, int]]]:
         rows[f"imm{k}"] = [("imm", 32)]
     rows["memimm"] = [("imm", 32)]
     rows["ctl"] = [("mem", bits_for(len(MEM_KINDS))), ("mema", bits_for(len(f.sources("mem", "a")))),
-                   ("memd", bits_for(len(f.sources("mem", "b")))), ("cond", bits_for(len(f.sources("cond", "c")))),
-                   ("term", bits_for(len(TERM_KINDS))), ("taken", bits_for(spec.blocks)),
+                   ("memd", bits_for(len(f.sources("mem", "b")))), ("term", bits_for(len(TERM_KINDS))), ("taken", bits_for(spec.blocks)),
                    ("not_taken", bits_for(spec.blocks)),
                    ("variant", bits_for(max(map(len, MEM_VARIANTS.values()))))]
-    # cross: the register a shuffle or a vote reads from the other lanes
+    # cross: the register a shuffle or a vote reads from the other lanes; cond: the branch's source
     rows["reads"] = [(f"r{i}", bits_for(spec.regs)) for i in range(f.reads)] + \
-        [("memc", bits_for(len(f.sources("mem", "c")))), ("cross", bits_for(spec.regs))]
+        [("memc", bits_for(len(f.sources("mem", "c")))), ("cross", bits_for(spec.regs)),
+         ("cond", bits_for(len(f.sources("cond", "c"))))]
     rows["wbreg"] = [(f"reg{e}", bits_for(spec.regs)) for e in range(spec.wb_entries)]
     rows["wbsrc"] = [("count", bits_for(spec.wb_entries + 1))] + \
         [(f"src{e}", bits_for(len(spec.wb_sources))) for e in range(spec.wb_entries)]

@@ -48,12 +48,13 @@ def _rom_values(code: BlockCode, spec: GpuSpec) -> dict[str, dict[str, int]]:
         out[f"imm{k}"] = {"imm": s.imm}
     out["memimm"] = {"imm": code.mem_imm}
     out["ctl"] = {"mem": MEM_KINDS.index(code.mem_op or "none"), "mema": code.index(f, "mem", "a"),
-                  "memd": code.index(f, "mem", "b"), "cond": code.index(f, "cond", "c"),
+                  "memd": code.index(f, "mem", "b"),
                   "term": TERM_KINDS.index(code.term), "taken": code.taken, "not_taken": code.not_taken,
                   "variant": MEM_VARIANTS[code.mem_op].index(code.variant) if code.mem_op in MEM_VARIANTS else 0}
     out["reads"] = {f"r{i}": r for i, r in enumerate(code.reads)}
     out["reads"]["memc"] = code.index(f, "mem", "c")
     out["reads"]["cross"] = code.cross_reg
+    out["reads"]["cond"] = code.index(f, "cond", "c")
     out["wbreg"] = {f"reg{e}": r for e, (r, _) in enumerate(code.writeback)}
     out["wbsrc"] = {"count": len(code.writeback)}
     out["wbsrc"].update({f"src{e}": spec.wb_sources.index(s) for e, (_, s) in enumerate(code.writeback)})
@@ -96,14 +97,17 @@ def launch_shape(grid: tuple[int, int], block: tuple[int, int] | int, spec: GpuS
 
 def prompt(program: Program, memory: list[int], block: tuple[int, int] | int, spec: GpuSpec,
            grid: tuple[int, int] = (1, 1)) -> list[Token]:
-    """init (one per warp of the block, the last first), the ROM (nonzero words only: init clears every row), the
+    """init (one per warp of the block, the last first), clear for every block but 0, the ROM (nonzero words only), the
     memory image (nonzero words within the GPU's memory), the block shape, the grid shape (unless 1x1), go. `block`: (x, y),
     or a thread count for a 1-D block."""
     grid, block = launch_shape(grid, block, spec)
     # registers of warps the block does not have are never read: only its own warps need an init token
     warps = (block[0] * block[1] + spec.lanes - 1) // spec.lanes
     toks: list[Token] = [("init", w) for w in reversed(range(warps))]
-    for m, (name, words) in enumerate(rom_image(program, spec).items()):
+    image = rom_image(program, spec)
+    # init zeroes block 0 of the ROM; every other block's rows are zeroed before its nonzero words come
+    toks += [("clear", b) for b in range(1, len(program.blocks)) if not all(words[b] for words in image.values())]
+    for m, (name, words) in enumerate(image.items()):
         for b, w in enumerate(words):
             if w:
                 toks += _word_tokens(w) + [("rom", m, b)]

@@ -17,8 +17,9 @@ def _step(vocab: Vocab, t: Token, state: dict | None) -> tuple[dict, dict]:
 
 def _next_token(vocab: Vocab, values: dict) -> Token:
     outs = vocab.gc.probes["outs"]
-    code = {k: int(group_value(values, outs[k], 1)[0]) for k in ("kind", "b", "l", "w", "p", "e")}
-    code["pay"] = [int(group_value(values, g, 1)[0]) for g in outs["pay"]]
+    code = {k: int(group_value(values, outs[k], 1)[0]) for k in ("kind", "l", "w", "p", "e")}
+    for k in ("pay", "b"):
+        code[k] = [int(group_value(values, g, 1)[0]) for g in outs[k]]
     return vocab.of_code(code)
 
 

@@ -1,6 +1,6 @@
 """The GPU's token vocabulary: every token, its embedding fields, its output code, and its name.
 
-A token is a tuple: ("init", w), ("pay", v), ("rom", m, b), ("mem", a), ("launch", bx, by) (the block
+A token is a tuple: ("init", w), ("pay", v), ("rom", m, b), ("clear", b), ("mem", a), ("launch", bx, by) (the block
 shape), ("grid", gx, gy), ("go",), ("exec", b, l, w, p) (block, lane, warp, barrier parity), ("wa", v),
 ("wb", v), ("w3", e, v), ("w1", e, v), ("cta", x, y, w) (CTA (x, y) begins; clears warp w), ("halt",),
 ("fault",). Its embedding sets every
@@ -24,6 +24,7 @@ def all_tokens(spec: GpuSpec) -> list[Token]:
     toks: list[Token] = [("init", w) for w in range(spec.warps)]
     toks += [("pay", v) for v in range(1 << PAY_BITS)]
     toks += [("rom", m, b) for m in range(n_rom) for b in range(spec.blocks)]
+    toks += [("clear", b) for b in range(1, spec.blocks)]
     toks += [("mem", a) for a in range(spec.mem_words)]
     toks += [("launch", x, y) for x, y in _shapes(spec.threads)]
     toks += [("grid", x, y) for x, y in _shapes(spec.ctas)]
@@ -65,6 +66,11 @@ def token_name(t: Token) -> str:
     return kind.upper()
 
 
+def _binary_fields(groups: list, v: int) -> dict:
+    """{bit group k: bit k of v}."""
+    return {g: v >> k & 1 for k, g in enumerate(groups)}
+
+
 def _bits(v: int, n: int = PAY_BITS) -> list[int]:
     return [(v >> i) & 1 for i in range(n)]
 
@@ -89,21 +95,26 @@ class Vocab:
         spec, inp, code = self.spec, self.gc.inputs, self.gc.codes
         n_rom = len(rom_rows(spec))
         kind = t[0]
-        f = {inp["kind"]: KINDS.index(kind), inp["x_b"]: 0, inp["x_l"]: 0, inp["x_e"]: 0,
-             inp["x_rm"]: n_rom, inp["x_rb"]: 0, inp["x_n"]: 0, inp["x_w"]: 0,
+        f = {inp["kind"]: KINDS.index(kind), inp["x_l"]: 0, inp["x_e"]: 0,
+             inp["x_rm"]: n_rom, inp["x_n"]: 0, inp["x_w"]: 0,
              inp["x_bx"]: 0, inp["x_by"]: 0, inp["x_cx"]: 0, inp["x_cy"]: 0,
-             inp["x_p"]: 0, code["kind"]: KINDS.index(kind), code["b"]: 0, code["l"]: 0, code["w"]: 0, code["p"]: 0,
+             inp["x_p"]: 0, code["kind"]: KINDS.index(kind), code["l"]: 0, code["w"]: 0, code["p"]: 0,
              code["e"]: 0}
-        f.update({g: 0 for g in inp["x_mem"]})
+        for g in inp["x_mem"] + inp["x_b"] + inp["x_rb"] + code["b"]:
+            f[g] = 0
         pay, cpay = [ABSENT] * PAY_BITS, [0] * PAY_BITS
         wpay = {r: [ABSENT] * n for r, n in WB_PAYLOADS.items()}
-        if kind == "init":
-            f[inp["x_rm"]], f[inp["x_rb"]] = n_rom + 1, spec.blocks
+        if kind == "init":       # every ROM row of block 0
+            f[inp["x_rm"]] = n_rom + 1
             f[inp["x_w"]] = t[1]
         elif kind == "pay":
             pay = _bits(t[1])
         elif kind == "rom":
-            f[inp["x_rm"]], f[inp["x_rb"]] = t[1], t[2]
+            f[inp["x_rm"]] = t[1]
+            f.update(_binary_fields(inp["x_rb"], t[2]))
+        elif kind == "clear":
+            f[inp["x_rm"]] = n_rom + 1
+            f.update(_binary_fields(inp["x_rb"], t[1]))
         elif kind == "mem":
             f.update({g: t[1] >> k & 1 for k, g in enumerate(inp["x_mem"])})
         elif kind == "launch":
@@ -115,7 +126,8 @@ class Vocab:
             f[inp["x_w"]] = f[code["w"]] = t[3]
             cpay = _bits(cta_payload(t[1], t[2], spec))
         elif kind == "exec":
-            f[inp["x_b"]] = f[code["b"]] = t[1]
+            f.update(_binary_fields(inp["x_b"], t[1]))
+            f.update(_binary_fields(code["b"], t[1]))
             f[inp["x_l"]] = f[code["l"]] = t[2]
             f[inp["x_w"]] = f[code["w"]] = t[3]
             f[inp["x_p"]] = f[code["p"]] = t[4]
@@ -142,14 +154,15 @@ class Vocab:
         """The token whose code is `code` ({'kind', 'b', 'l', 'e', 'pay' (list)} element values)."""
         kind = KINDS[code["kind"]]
         v = sum(b << i for i, b in enumerate(code["pay"]))
-        t = {"exec": ("exec", code["b"], code["l"], code["w"], code["p"]), "wa": ("wa", v), "wb": ("wb", v),
+        b = sum(bit << k for k, bit in enumerate(code["b"]))
+        t = {"exec": ("exec", b, code["l"], code["w"], code["p"]), "wa": ("wa", v), "wb": ("wb", v),
              "w3": ("w3", code["e"], v), "w1": ("w1", code["e"], v),
              "cta": ("cta", v & ((1 << self.spec.cta_bits) - 1), v >> self.spec.cta_bits, code["w"])}.get(kind, (kind,))
         if t not in self.ids:
             raise ValueError(f"the circuit produced code {code}, which names no token")
         own = self.fields(t)
         codes = self.gc.codes
-        if any(own[codes[n]] != code[n] for n in ("kind", "b", "l", "w", "p", "e")) or \
-                [own[g] for g in codes["pay"]] != list(code["pay"]):
+        if any(own[codes[n]] != code[n] for n in ("kind", "l", "w", "p", "e")) or \
+                [own[g] for g in codes["pay"]] != list(code["pay"]) or [own[g] for g in codes["b"]] != list(code["b"]):
             raise ValueError(f"the circuit produced code {code}, which is not exactly the code of {token_name(t)}")
         return t
