@@ -116,6 +116,15 @@ def _equal_units(a: list[Group], b: list[Group], lits: list = ()) -> list[Unit]:
     return lib.gated(units, list(lits)) if lits else units
 
 
+def _step_bit(bits: list[Group], i: int, carry: int, when: list = ()) -> list[Unit]:
+    """Units of bit i of x + 1 (carry 1) or x - 1 (carry 0) for binary x = `bits`, ANDed with `when`: x_i
+    flipped when the bits below are all 1 (all 0)."""
+    when, below = list(when), [(bits[j], carry) for j in range(i)]
+    return [lib.and_unit(when + [(bits[i], 1)], lib.SET),
+            lib.and_unit(when + [(bits[i], 1)] + below, lib.UNSET),
+            lib.and_unit(when + [(bits[i], 0)] + below, lib.SET)]
+
+
 def _is(bits: list[Group], v: int) -> list[tuple[Group, int]]:
     """Literals: the binary `bits` spell v."""
     return [(b, v >> k & 1) for k, b in enumerate(bits)]
@@ -311,8 +320,11 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
                          for v in (0, 1)]) for i in range(32)]
     assembled = [(i, wpay[r][i - lo], tap) for r, lo, tap in (("wa", 0, 2), ("wb", PAY_BITS, 1), ("w3", 2 * PAY_BITS, 0))
                  for i in range(lo, min(lo + PAY_BITS, 32))]
-    regs = c.access(c.memory("regs", NW * L * R, (2,) * 32), in_warp(reg_waddr, L * R + 1), reg_now,
-                    [in_warp(a) for a in reg_raddr], alternatives=assembled, reset=cta_first)
+    def register_file(name: str, reads: list[Product]) -> list[Word]:
+        """A memory written exactly as the register file is (its copies only add read ports elsewhere)."""
+        return c.access(c.memory(name, NW * L * R, (2,) * 32), in_warp(reg_waddr, L * R + 1), reg_now, reads,
+                        alternatives=assembled, reset=cta_first)
+    regs = register_file("regs", [in_warp(a) for a in reg_raddr])
     scratch = regs[scratch_port]
 
     # ---- the warp step's lanes so far (a vote's active lanes before this one) ------------------------------
@@ -344,9 +356,8 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
                                reset=step_start))]
     # the vote's predicate of every lane of the warp: register `cross` is nonzero (a copy of the register file
     # read at each lane; the block leaves that register unchanged, so every lane's holds the step's value)
-    votes_rd = c.access(c.memory("regs.votes", NW * L * R, (2,) * 32), in_warp(reg_waddr, L * R + 1), reg_now,
-                        [Product((cur_w, _const_row(L, j), cross_reg), (NW, L, R)) for j in range(L)],
-                        alternatives=assembled, reset=cta_first)
+    votes_rd = register_file("regs.votes", [Product((cur_w, _const_row(L, j), cross_reg), (NW, L, R))
+                                            for j in range(L)])
     nonzero = [c.gate(f"vote.nz{j}", 2, 0, lib.step_units([(b, 1, 1) for b in w], 1)) for j, w in enumerate(votes_rd)]
     # a W3 whose entry is the record (register r15) writes the assembled word to memory too
     record = c.gate("record", 2, 0, [lib.and_unit([(ends, 1), (x_e, e), (wb_reg[e], RECORD_REG)], lib.SET)
@@ -417,14 +428,12 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     data_mem = c.memory("data", N, (2,) * 32)
     (loaded,) = c.access(data_mem, data_waddr, store_now, [Product((word_hi, word_lo), (HI, LO))],
                          alternatives=_payload_alternatives(pay, (3, 2, 1)))
-    # ---- shuffle: register shfl of the source lane, from a copy of the register file (written as it is) ----
+    # ---- shuffle: register `cross` of the source lane, from a copy of the register file ---------------------
     # the block leaves that register unchanged (program.block_format), so every lane's copy holds the value
     # of the warp step's start while the lanes run one after another
     is_shfl = decode_view(mem_kind, 2, lambda e: int(MEM_KINDS[e] == "SHFL"), "is_shfl")
     src_lane = c.gate("shfl.src", L, 0, _shuffle_units(is_shfl, shfl_mode, cur_l, out.store_data, out.third))
-    (shuffled,) = c.access(c.memory("regs.lanes", NW * L * R, (2,) * 32), in_warp(reg_waddr, L * R + 1), reg_now,
-                           [Product((cur_w, src_lane, cross_reg), (NW, L, R))],
-                           alternatives=assembled, reset=cta_first)
+    (shuffled,) = register_file("regs.lanes", [Product((cur_w, src_lane, cross_reg), (NW, L, R))])
     # the memory slot's value: the loaded word, or the shuffled one
     slot_value = [c.gate(f"ld[{i}]", 2, 0, [lib.and_unit([(is_shfl, 0), (loaded[i], 1)], lib.SET),
                                             lib.and_unit([(is_shfl, 1), (shuffled[i], 1)], lib.SET)]) for i in range(32)]
@@ -443,15 +452,8 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     # old +- 1 is old_i flipped when the bits below are all 1 (all 0): one gate per bit after the compares
     lt, is0 = lib.ult(c, loaded, out.store_data, "atom.inc.lt"), lib.eq(c, loaded, [const_bit(0)] * 32, "atom.dec.zero")
     above = lib.ult(c, out.store_data, loaded, "atom.dec.gt")
-
-    def step_bit(i: int, carry: int, when: list) -> list:
-        """Units of bit i of old + 1 (carry 1) or old - 1 (carry 0), ANDed with `when`."""
-        below = [(loaded[j], carry) for j in range(i)]
-        return [lib.and_unit(when + [(loaded[i], 1)], lib.SET),
-                lib.and_unit(when + [(loaded[i], 1)] + below, lib.UNSET),
-                lib.and_unit(when + [(loaded[i], 0)] + below, lib.SET)]
-    inc = [c.gate(f"atom.inc[{i}]", 2, 0, step_bit(i, 1, [(lt, 1)])) for i in range(32)]
-    dec = [c.gate(f"atom.dec[{i}]", 2, 0, step_bit(i, 0, [(is0, 0), (above, 0)])
+    inc = [c.gate(f"atom.inc[{i}]", 2, 0, _step_bit(loaded, i, 1, [(lt, 1)])) for i in range(32)]
+    dec = [c.gate(f"atom.dec[{i}]", 2, 0, _step_bit(loaded, i, 0, [(is0, 0), (above, 0)])
                   + [lib.and_unit([(is0, 1), (out.store_data[i], 1)], lib.SET),
                      lib.and_unit([(is0, 0), (above, 1), (out.store_data[i], 1)], lib.SET)]) for i in range(32)]
     cas = lib.mux_word(c, lib.eq(c, loaded, out.store_data, "atom.cas.eq"), out.third, loaded, "atom.cas")
@@ -460,15 +462,12 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
 
     # ---- warp table: each lane's next pc and exit, rows warp * lanes + lane -------------------------------
     tk = {k: (term, TERM_KINDS.index(k)) for k in TERM_KINDS}
-    # the next pc, in binary: JMP / BR's target, or the next block after a BAR (bit k of b + 1 is b_k flipped
-    # when the bits below are all 1)
-    inc = [c.gate(f"b+1[{k}]", 2, 0, [lib.and_unit([(b_bits[k], 1)] + [(b_bits[j], 1) for j in range(i)] + [(b_bits[i], 0)],
-                                                   lib.SET) for i in range(k)]
-                  + [lib.and_unit([(b_bits[k], 0)] + [(b_bits[j], 1) for j in range(k)], lib.SET)]) for k in range(NB)]
+    # the next pc, in binary: JMP / BR's target, or the next block after a BAR
+    next_b = [c.gate(f"b+1[{k}]", 2, 0, _step_bit(b_bits, k, 1)) for k in range(NB)]
     pc_new = [c.gate(f"pc.new[{k}]", 2, 0, [lib.and_unit([(is_exec, 1), tk["JMP"], (taken[k], 1)], lib.SET),
                                             lib.and_unit([(is_exec, 1), tk["BR"], (out.cond, 1), (taken[k], 1)], lib.SET),
                                             lib.and_unit([(is_exec, 1), tk["BR"], (out.cond, 0), (not_taken[k], 1)], lib.SET),
-                                            lib.and_unit([(is_exec, 1), tk["BAR"], (inc[k], 1)], lib.SET)])
+                                            lib.and_unit([(is_exec, 1), tk["BAR"], (next_b[k], 1)], lib.SET)])
               for k in range(NB)]
     exited_new = c.gate("exited.new", 2, 0, [lib.and_unit([(is_exec, 1), tk["EXIT"]], lib.SET)])
     NL = NW * L
@@ -506,10 +505,9 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     next_in_step = c.gate("next.lane", L + 1, L, [lib.and_unit(
         [(cand[j], 1)] + [(cand[i], 0) for i in range(j)], ((j, 1), (L, -1))) for j in range(L)])
     # a new step: the first live lane at the lowest pc (key = pc * lanes + lane, compared in binary)
-    nbits = NB
 
     def before(i: int, j: int) -> Group:   # key_i < key_j
-        ti = [(pc_bits[j][k], 1, 1 << k) for k in range(nbits)] + [(pc_bits[i][k], 1, -(1 << k)) for k in range(nbits)]
+        ti = [(pc_bits[j][k], 1, 1 << k) for k in range(NB)] + [(pc_bits[i][k], 1, -(1 << k)) for k in range(NB)]
         return c.gate(f"before{i}{j}", 2, 0, lib.step_units(ti, 1 if i > j else 0))
     ok = {}
     for i in range(L):
@@ -523,7 +521,7 @@ def build(spec: GpuSpec = GpuSpec()) -> GpuCircuit:
     continues = c.gate("continues", 2, 0, [lib.and_unit([(is_exec, 1), (next_in_step, j)], lib.SET) for j in range(L)])
     # the warp's turn goes on after its step unless it is done, at a barrier, or a lane went back (pc <= block)
     went_back = [c.gate(f"back{j}", 2, 0, lib.step_units(
-        [(b_bits[k], 1, 1 << k) for k in range(nbits)] + [(pc_bits[j][k], 1, -(1 << k)) for k in range(nbits)], 0))
+        [(b_bits[k], 1, 1 << k) for k in range(NB)] + [(pc_bits[j][k], 1, -(1 << k)) for k in range(NB)], 0))
         for j in range(L)]
     is_bar = decode_view(term, 2, lambda e: int(TERM_KINDS[e] == "BAR"), "is_bar")
     back_live = [c.gate(f"backlive{j}", 2, 0, [lib.and_unit([(went_back[j], 1), (live[j], 1)], lib.SET)])

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import QgpuError
-from ..machine.isa import LOAD_OPS, SHFL_OPS, SPECIALS, STORE_OPS, VOTE_OPS, ZERO, Block, Instr
+from ..machine.isa import LOAD_OPS, SHFL_OPS, SPECIALS, STORE_OPS, VOTE_OPS, ZERO, Block, Instr, cross_lane_source
 from .datapath import ALU_OF_OPCODE, CoreFormat
 from .layout import ATOM_OPS, RECORD_REG, SUBWORD_STORES
 
@@ -140,7 +140,8 @@ def _mem_slot(ins: Instr, code: BlockCode, src: _Sources, where: str) -> None:
         # a shuffle's ra, a vote's rb, are read from the other lanes in the register file: the block must not
         # write them (BlockFormat.lane_serial). A shuffle's B (lane, delta or mask) and C (segment and clamp)
         # are this lane's.
-        code.cross_reg = ins.ra if code.mem_op == "SHFL" else ZERO if ins.bimm else ins.rb
+        cross = cross_lane_source(ins)
+        code.cross_reg = ZERO if cross is None else cross
         if code.cross_reg in src.writer:
             raise EncodeError(f"{where}: r{code.cross_reg}, read from the other lanes, is written earlier in the block")
     if code.mem_op == "SHFL":
