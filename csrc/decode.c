@@ -1,7 +1,8 @@
-/* Fused pieces of one decode step of a layer whose MLP is sparse (circuit layers): the calls the forward
- * pass makes one by one, in one C call each, with the same arithmetic (so the same bits). The MLP's SiLU
- * stays in NumPy between the two calls: its exp is NumPy's, which C's expf need not match. */
+/* One decode step of a CSR layer (circuit layers) in one C call for its mixer and one for its MLP: the
+ * calls the forward pass makes one by one for a token, in its order, with the same kernels (activations.c's
+ * exp, SiLU, sigmoid and l2norm included), so the same bits as the unfused path. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "qgpu_core.h"
@@ -25,7 +26,7 @@ static void round_all(float *x, size_t n) {
 
 void qgpu_round_bf16(float *x, size_t n) { round_all(x, n); }
 
-void qgpu_mlp_in(const float *h, size_t d, const float *w, float eps, int add_zero, int bf16, size_t m,
+static void mlp_in(const float *h, size_t d, const float *w, float eps, int add_zero, int bf16, size_t m,
                  const int64_t *gp, const int32_t *gi, const uint16_t *gv, const int64_t *up, const int32_t *ui,
                  const uint16_t *uv, float *h_mid, float *u, float *g, float *p) {
     for (size_t i = 0; i < d; i++) h_mid[i] = add_zero ? h[i] + 0.0f : h[i];
@@ -41,7 +42,7 @@ void qgpu_mlp_in(const float *h, size_t d, const float *w, float eps, int add_ze
     }
 }
 
-void qgpu_mlp_out(const float *h_mid, size_t d, int bf16, size_t m, const float *s, const float *p,
+static void mlp_out(const float *h_mid, size_t d, int bf16, size_t m, const float *s, const float *p,
                   const int64_t *dp, const int32_t *di, const uint16_t *dv, float *act, float *y, float *h_out) {
     for (size_t i = 0; i < m; i++) act[i] = bf16 ? round_bf16f(round_bf16f(s[i]) * p[i]) : s[i] * p[i];
     if (m)
@@ -74,7 +75,7 @@ static void conv_step(float *state, size_t c, size_t k, const float *x, const fl
     }
 }
 
-void qgpu_gdn_in(const float *h, size_t d, const float *w, float eps, int bf16, size_t c, size_t nz, size_t nh,
+static void gdn_in(const float *h, size_t d, const float *w, float eps, int bf16, size_t c, size_t nz, size_t nh,
                  const int64_t *qp, const int32_t *qi, const uint16_t *qv, const int64_t *zp, const int32_t *zi,
                  const uint16_t *zv, const int64_t *bp, const int32_t *bi, const uint16_t *bv, const int64_t *ap,
                  const int32_t *ai, const uint16_t *av, float *conv_state, size_t k, const float *conv_w,
@@ -96,9 +97,9 @@ void qgpu_gdn_in(const float *h, size_t d, const float *w, float eps, int bf16, 
 }
 
 /* Second half, from the delta rule's output o [nv, dv]: o = R(o); fp32: n = gated_rmsnorm(o, z, w); bf16:
- * n = R(R(w * R(rmsnorm(o, ones))) * silu_z) with silu_z = silu(z) from the caller (NumPy's exp); y =
+ * n = R(R(w * R(rmsnorm(o, ones))) * silu_z) with silu_z = silu(z); y =
  * R(OUT n) (CSR [d, nv * dv]); h_out = R(h + y). ones [dv] holds 1.0f, tmp [nv * dv] is scratch. */
-void qgpu_gdn_out(float *o, size_t nv, size_t dv, int bf16, const float *w, float eps, const float *z,
+static void gdn_out(float *o, size_t nv, size_t dv, int bf16, const float *w, float eps, const float *z,
                   const float *silu_z, const float *ones, float *tmp, size_t d, const int64_t *op,
                   const int32_t *oi, const uint16_t *ov, const float *h, float *y, float *h_out) {
     size_t n = nv * dv;
@@ -113,4 +114,69 @@ void qgpu_gdn_out(float *o, size_t nv, size_t dv, int bf16, const float *w, floa
     qgpu_sparse_matmul(d, n, op, oi, ov, tmp, 1, y);
     if (bf16) round_all(y, d);
     for (size_t i = 0; i < d; i++) h_out[i] = bf16 ? round_bf16f(h[i] + y[i]) : h[i] + y[i];
+}
+
+/* The sparse MLP of one token: mlp_in, s = silu(g), mlp_out. Returns 0 when scratch memory is short. */
+int qgpu_mlp_step(const float *h, size_t d, const float *w, float eps, int add_zero, int bf16, size_t m,
+                  const int64_t *gp, const int32_t *gi, const uint16_t *gv, const int64_t *up, const int32_t *ui,
+                  const uint16_t *uv, const int64_t *dp, const int32_t *di, const uint16_t *dv, float *h_out) {
+    float *buf = calloc(3 * d + 4 * m + 1, sizeof *buf);
+    if (!buf) return 0;
+    float *h_mid = buf, *u = h_mid + d, *y = u + d, *g = y + d, *p = g + m, *s = p + m, *act = s + m;
+    mlp_in(h, d, w, eps, add_zero, bf16, m, gp, gi, gv, up, ui, uv, h_mid, u, g, p);
+    qgpu_silu(g, m, s);
+    mlp_out(h_mid, d, bf16, m, s, p, dp, di, dv, act, y, h_out);
+    free(buf);
+    return 1;
+}
+
+void qgpu_deltanet_gate(const float *a, size_t n, const float *a_log, const float *dt_bias, size_t heads,
+                        float *g) {
+    for (size_t i = 0; i < n; i++) {
+        float x = a[i] + dt_bias[i % heads];
+        float softplus = x > 20.0f ? x : (float)log1p((double)qgpu_expf(x)); /* torch: x above 20 */
+        g[i] = -qgpu_expf(a_log[i % heads]) * softplus;
+    }
+}
+
+/* A CSR DeltaNet mixer for one token, h -> h_out = R(h + mixer): gdn_in; the delta rule (c = R(silu(conv)),
+ * q, k, v its thirds, beta = R(sigmoid(b)), g = deltanet_gate(a), q = l2norm(q) / q_div, k = l2norm(k), each
+ * key head repeated for nv / nk value heads, the sparse-key step on S [nv, dk, dv] with its clean flags);
+ * gdn_out. Returns 0 when scratch memory is short (nothing is changed then). */
+int qgpu_gdn_step(const float *h, size_t d, const float *w, float eps, int bf16, size_t nk, size_t dk,
+                  size_t nv, size_t dv, const int64_t *qp, const int32_t *qi, const uint16_t *qv,
+                  const int64_t *zp, const int32_t *zi, const uint16_t *zv, const int64_t *bp, const int32_t *bi,
+                  const uint16_t *bv, const int64_t *ap, const int32_t *ai, const uint16_t *av, float *conv_state,
+                  size_t k, const float *conv_w, const float *a_log, const float *dt_bias, float q_div, float *S,
+                  int32_t *clean, const float *norm_w, const int64_t *op, const int32_t *oi, const uint16_t *ov,
+                  float *h_out) {
+    size_t kd = nk * dk, n = nv * dv, c = 2 * kd + n;
+    float *buf = calloc(2 * d + 3 * c + 4 * nv + 2 * kd + 2 * nv * dk + 4 * n + dv + 1, sizeof *buf);
+    if (!buf) return 0;
+    float *u = buf, *y = u + d, *mixed = y + d, *conv = mixed + c, *act = conv + c, *z = act + c;
+    float *b = z + n, *a = b + nv, *g = a + nv, *beta = g + nv, *qn = beta + nv, *kn = qn + kd;
+    float *qr = kn + kd, *kr = qr + nv * dk, *o = kr + nv * dk, *silu_z = o + n, *tmp = silu_z + n;
+    float *ones = tmp + n;
+    for (size_t i = 0; i < dv; i++) ones[i] = 1.0f;
+    gdn_in(h, d, w, eps, bf16, c, n, nv, qp, qi, qv, zp, zi, zv, bp, bi, bv, ap, ai, av, conv_state, k, conv_w,
+           u, mixed, z, b, a, conv);
+    qgpu_silu(conv, c, act);
+    qgpu_sigmoid(b, nv, beta);
+    if (bf16) {
+        round_all(act, c);
+        round_all(beta, nv);
+    }
+    qgpu_deltanet_gate(a, nv, a_log, dt_bias, nv, g);
+    qgpu_l2norm(act, nk, dk, 1e-6f, q_div, qn);
+    qgpu_l2norm(act + kd, nk, dk, 1e-6f, 1.0f, kn);
+    for (size_t hh = 0; hh < nv; hh++) { /* value head hh reads key head hh / (nv / nk) */
+        size_t src = hh / (nv / nk);
+        memcpy(qr + hh * dk, qn + src * dk, dk * sizeof *qr);
+        memcpy(kr + hh * dk, kn + src * dk, dk * sizeof *kr);
+    }
+    qgpu_deltanet_step_sparse(S, nv, dk, dv, qr, kr, act + 2 * kd, g, beta, o, clean);
+    if (bf16) qgpu_silu(z, n, silu_z);
+    gdn_out(o, nv, dv, bf16, norm_w, eps, z, silu_z, ones, tmp, d, op, oi, ov, h, y, h_out);
+    free(buf);
+    return 1;
 }

@@ -38,7 +38,7 @@ typedef struct {
 static void delta_head(float *S, size_t dk, size_t dv, const float *q, const float *k, const float *v,
                        float g, float beta, float *o) {
     float kv[QGPU_MAX_DV], delta[QGPU_MAX_DV];
-    const float decay = expf(g);
+    const float decay = qgpu_expf(g);
     /* decay, and what the decayed state recalls for k: kv[j] = sum_i S[i, j] k[i] */
     memset(kv, 0, dv * sizeof *kv);
     for (size_t i = 0; i < dk; i++) {
@@ -87,7 +87,7 @@ void qgpu_deltanet_step(float *s, size_t h, size_t dk, size_t dv, const float *q
 /* ---- one token with a sparse-key fast path (decode of circuit layers) ----
  *
  * Bit-identical to qgpu_deltanet_step when the head's state S is "clean": every value finite and none -0.
- * Why: with decay exactly 1 (expf(g) == 1) the decay multiply is the identity on finite values. A sum
+ * Why: with decay exactly 1 (qgpu_expf(g) == 1) the decay multiply is the identity on finite values. A sum
  * started at +0 never becomes -0, so adding a zero term (S[i, j] * (+-0), a finite value times a zero
  * key or query entry) leaves it unchanged: kv and o are the sums over the nonzero k[i] / q[i] alone, in
  * the same ascending order. A row whose k[i] is +-0 gets S[i, j] + (+-0) = S[i, j] unless S[i, j] is -0,
@@ -112,7 +112,7 @@ static int all_finite(const float *p, size_t n) {
 static int sparse_head(float *S, size_t dk, size_t dv, const float *q, const float *k, const float *v,
                        float g, float beta, float *o) {
     float kv[QGPU_MAX_DV], delta[QGPU_MAX_DV];
-    if (expf(g) != 1.0f || !isfinite(beta) || !all_finite(q, dk) || !all_finite(k, dk) || !all_finite(v, dv))
+    if (qgpu_expf(g) != 1.0f || !isfinite(beta) || !all_finite(q, dk) || !all_finite(k, dk) || !all_finite(v, dv))
         return -1;
     memset(kv, 0, dv * sizeof *kv);
     for (size_t i = 0; i < dk; i++) {

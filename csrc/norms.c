@@ -31,8 +31,7 @@ void qgpu_gated_rmsnorm(const float *x, const float *z, size_t rows, size_t d, c
         float *yr = y + r * d;
         float inv = inv_rms(xr, d, eps);
         for (size_t i = 0; i < d; i++) {
-            float silu = zr[i] / (1.0f + expf(-zr[i]));
-            yr[i] = ((xr[i] * inv) * w[i]) * silu;
+            yr[i] = ((xr[i] * inv) * w[i]) * qgpu_siluf(zr[i]);
         }
     }
 }

@@ -71,27 +71,35 @@ int qgpu_chunked_matvec_bf16(size_t out, size_t in, size_t lanes, const int64_t 
                              const uint16_t *w, const float *x, float *y);
 /* In place: x = round_bf16(x), as bf16.round_bf16 does. */
 void qgpu_round_bf16(float *x, size_t n);
-/* A sparse MLP's decode step, first half. R = round_bf16 if bf16 else identity. h_mid = add_zero ? R(h + 0)
- * : h (the exact output of a silent mixer); u = R(rmsnorm(h_mid, w, eps, 1 + w)); g = R(G u), p = R(P u)
- * for CSR G, P [m, d] (the gate/up rows of the active units). */
-void qgpu_mlp_in(const float *h, size_t d, const float *w, float eps, int add_zero, int bf16, size_t m,
-                 const int64_t *gp, const int32_t *gi, const uint16_t *gv, const int64_t *up, const int32_t *ui,
-                 const uint16_t *uv, float *h_mid, float *u, float *g, float *p);
-/* Second half, with s = silu(g) from the caller: act = bf16 ? R(R(s) * p) : s * p; y = R(D act) for CSR D
- * [d, m] (down_proj, columns renumbered to the active units); h_out = R(h_mid + y). */
-void qgpu_mlp_out(const float *h_mid, size_t d, int bf16, size_t m, const float *s, const float *p,
-                  const int64_t *dp, const int32_t *di, const uint16_t *dv, float *act, float *y, float *h_out);
-/* A CSR DeltaNet mixer's decode step around the delta rule (see decode.c): the projections, rounding and
- * conv update; then the output norm, out_proj and the residual add. */
-void qgpu_gdn_in(const float *h, size_t d, const float *w, float eps, int bf16, size_t c, size_t nz, size_t nh,
-                 const int64_t *qp, const int32_t *qi, const uint16_t *qv, const int64_t *zp, const int32_t *zi,
-                 const uint16_t *zv, const int64_t *bp, const int32_t *bi, const uint16_t *bv, const int64_t *ap,
-                 const int32_t *ai, const uint16_t *av, float *conv_state, size_t k, const float *conv_w,
-                 float *u, float *mixed, float *z, float *b, float *a, float *conv);
-void qgpu_gdn_out(float *o, size_t nv, size_t dv, int bf16, const float *w, float eps, const float *z,
-                  const float *silu_z, const float *ones, float *tmp, size_t d, const int64_t *op,
-                  const int32_t *oi, const uint16_t *ov, const float *h, float *y, float *h_out);
+/* Elementwise, n floats (activations.c): the core's own exp (the same bits on every platform), SiLU x / (1 +
+ * exp(-x)), sigmoid 1 / (1 + exp(-x)). */
+void qgpu_exp(const float *x, size_t n, float *y);
+void qgpu_silu(const float *x, size_t n, float *y);
+void qgpu_sigmoid(const float *x, size_t n, float *y);
+/* rows x d: y = (x * (1 / sqrt(sum(x^2) + eps))) / divisor */
+void qgpu_l2norm(const float *x, size_t rows, size_t d, float eps, float divisor, float *y);
+/* The DeltaNet decay gate for n values of a (head i % heads): g = -exp(A_log) * softplus(a + dt_bias) */
+void qgpu_deltanet_gate(const float *a, size_t n, const float *a_log, const float *dt_bias, size_t heads,
+                        float *g);
+/* One token through a CSR layer (decode.c): the sparse MLP, h -> h_out (h_mid = R(h + 0) when add_zero: a
+ * silent mixer's exact output), and the DeltaNet mixer, h -> h_out, its conv state, S and clean flags
+ * updated. R = round_bf16 in bf16 mode. Both return 0 (and change nothing) when scratch memory is short. */
+int qgpu_mlp_step(const float *h, size_t d, const float *w, float eps, int add_zero, int bf16, size_t m,
+                  const int64_t *gp, const int32_t *gi, const uint16_t *gv, const int64_t *up, const int32_t *ui,
+                  const uint16_t *uv, const int64_t *dp, const int32_t *di, const uint16_t *dv, float *h_out);
+int qgpu_gdn_step(const float *h, size_t d, const float *w, float eps, int bf16, size_t nk, size_t dk,
+                  size_t nv, size_t dv, const int64_t *qp, const int32_t *qi, const uint16_t *qv,
+                  const int64_t *zp, const int32_t *zi, const uint16_t *zv, const int64_t *bp, const int32_t *bi,
+                  const uint16_t *bv, const int64_t *ap, const int32_t *ai, const uint16_t *av, float *conv_state,
+                  size_t k, const float *conv_w, const float *a_log, const float *dt_bias, float q_div, float *S,
+                  int32_t *clean, const float *norm_w, const int64_t *op, const int32_t *oi, const uint16_t *ov,
+                  float *h_out);
 /* CDEF END */
+
+/* Scalar forms of the activations, for the other C sources. */
+float qgpu_expf(float x);
+float qgpu_siluf(float x);
+float qgpu_sigmoidf(float x);
 
 /* Internal: run fn(ctx, begin, end) over contiguous ranges covering [0, n), on up to qgpu_get_threads()
  * threads; ranges start at multiples of grain; one thread when `work` (about one multiply-add per unit)

@@ -1,5 +1,6 @@
-"""The fused sparse-MLP decode step (kernels.SparseMlpStep: qgpu_mlp_in / qgpu_mlp_out) against the
-separate kernels the forward pass otherwise calls, bit for bit, and against the NumPy references."""
+"""The fused decode steps of CSR layers (kernels.SparseMlpStep: qgpu_mlp_step; kernels.GdnStep:
+qgpu_gdn_step) against the separate kernels the forward pass otherwise calls, bit for bit, and against the
+NumPy references (within rounding)."""
 import numpy as np
 import pytest
 
@@ -45,14 +46,11 @@ def test_mlp_step_equals_separate_kernels(threads, bf16, add_zero, empty_down):
     if bf16:
         h = round_bf16(h)
     step = K.SparseMlpStep(mlp, norm_w, 1e-6, bf16)
-    h_mid, g, p = step.first(h, add_zero)
-    out = step.second(h_mid, K.silu(g), p)
+    out = step(h, add_zero)
     want = _separate(h, norm_w, 1e-6, gate, up, down, add_zero, bf16)
     assert np.array_equal(out.view(np.uint32), want.view(np.uint32))
     rh, ru, rg, rp = R.mlp_in(h, norm_w, 1e-6, mlp, add_zero, bf16)
-    assert np.array_equal(h_mid.view(np.uint32), rh.view(np.uint32))
-    np.testing.assert_allclose(g, rg, rtol=2e-2 if bf16 else 1e-5, atol=1e-5)
-    ref = R.mlp_out(rh, K.silu(rg), rp, mlp, bf16)
+    ref = R.mlp_out(rh, R.silu(rg), rp, mlp, bf16)
     np.testing.assert_allclose(out, ref, rtol=2e-2 if bf16 else 1e-4, atol=1e-4)
 
 
@@ -74,44 +72,70 @@ def test_active_units_keep_each_rows_entries():
     assert not np.delete(down.to_dense(), mlp.units, axis=1).any()
 
 
-def _gdn_weights(rng, d=64, nh=4, dv=8, k=4):
-    vd = nh * dv
-    c = 2 * vd + vd
-    return {"qkv": _csr(rng, c, d, 0.05), "z": _csr(rng, vd, d, 0.1), "b": _csr(rng, nh, d, 0.2),
-            "a": _csr(rng, nh, d, 0.0), "out": _csr(rng, d, vd, 0.1),
+def _gdn_weights(rng, d=64, nk=2, nh=4, dk=8, dv=8, k=4):
+    c = 2 * nk * dk + nh * dv
+    return {"qkv": _csr(rng, c, d, 0.3), "z": _csr(rng, nh * dv, d, 0.1), "b": _csr(rng, nh, d, 0.2),
+            "a": _csr(rng, nh, d, 0.2), "out": _csr(rng, d, nh * dv, 0.1),
             "conv": rng.standard_normal((c, k)).astype(np.float32),
             "in_norm": (rng.standard_normal(d) * 0.1).astype(np.float32),
-            "gdn_norm": rng.standard_normal(dv).astype(np.float32)}
+            "gdn_norm": rng.standard_normal(dv).astype(np.float32),
+            "A_log": rng.standard_normal(nh).astype(np.float32),
+            "dt_bias": rng.standard_normal(nh).astype(np.float32)}
 
 
-@pytest.mark.parametrize("bf16", [False, True])
-def test_gdn_step_equals_separate_kernels(bf16):
-    rng = np.random.default_rng(11 + bf16)
-    w = _gdn_weights(rng)
+def _gdn_separate(w, h, conv_state, S, bf16, nk=2, dk=8):
+    """Model._mixer's unfused calls for one token (Model._deltanet and _delta_rule, T = 1)."""
     r = round_bf16 if bf16 else (lambda x: x)
-    step = K.GdnStep(w, 1e-6, bf16)
-    h = r(rng.standard_normal(64).astype(np.float32))
-    state = rng.standard_normal((w["qkv"].shape[0], 3)).astype(np.float32)
-    ref_state, c_state = state.copy(), state.copy()
-    mixed, z, b, a, conv = step.first(h, c_state)
-    # the forward pass's separate calls
+    nv, dv = w["b"].shape[0], w["gdn_norm"].shape[0]
     u = r(K.rmsnorm(h, w["in_norm"], 1e-6, plus_one=True))
-    want = [r(y) for y in K.matvec_bf16_multi([w["qkv"], w["z"], w["b"], w["a"]], u)]
-    want_conv = r(K.conv_update(ref_state, want[0], w["conv"]))
-    for got, exp in zip((mixed, z, b, a, conv), want + [want_conv]):
-        assert np.array_equal(got.view(np.uint32), exp.view(np.uint32))
-    assert np.array_equal(c_state, ref_state)
-    ru = R.gdn_in(h, w["in_norm"], 1e-6, w["qkv"], w["z"], w["b"], w["a"], state.copy(), w["conv"], bf16)
-    np.testing.assert_allclose(conv, ru[5], rtol=2e-2 if bf16 else 1e-5, atol=1e-5)
-    o = rng.standard_normal((4, 8)).astype(np.float32)
-    z3 = z.reshape(4, 8)
+    mixed, z, b, a = (r(y) for y in K.matvec_bf16_multi([w["qkv"], w["z"], w["b"], w["a"]], u))
+    c = r(K.silu(r(K.conv_update(conv_state, mixed, w["conv"]))))
+    q = K.l2norm(c[:nk * dk].reshape(nk, dk), 1e-6, divisor=np.float32(np.sqrt(dk)))
+    k = K.l2norm(c[nk * dk:2 * nk * dk].reshape(nk, dk), 1e-6)
+    q, k = (np.ascontiguousarray(np.repeat(x, nv // nk, axis=0)) for x in (q, k))
+    v = np.ascontiguousarray(c[2 * nk * dk:].reshape(nv, dv))
+    o = K.deltanet_step(S, q, k, v, K.deltanet_gate(a, w["A_log"], w["dt_bias"]), r(K.sigmoid(b)))
+    o, z3 = r(o), z.reshape(nv, dv)
     if bf16:
-        n = r(K.rmsnorm(r(o), np.ones(8, np.float32), 1e-6, plus_one=False))
+        n = r(K.rmsnorm(o, np.ones(dv, np.float32), 1e-6, plus_one=False))
         n = r(r(w["gdn_norm"] * n) * K.silu(z3))
     else:
         n = K.gated_rmsnorm(o, z3, w["gdn_norm"], 1e-6)
-    want_h = r(h + r(K.matvec_bf16(w["out"], n.reshape(-1))))
-    got_h = step.second(o.copy(), z, K.silu(z) if bf16 else None, h)
-    assert np.array_equal(got_h.view(np.uint32), want_h.view(np.uint32))
-    np.testing.assert_allclose(got_h, R.gdn_out(o, z3, w["gdn_norm"], 1e-6, w["out"], h, bf16),
-                               rtol=2e-2 if bf16 else 1e-4, atol=1e-4)
+    return r(h + r(K.matvec_bf16(w["out"], n.reshape(-1))))
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+@pytest.mark.parametrize("zero_decay", [False, True])
+def test_gdn_step_equals_separate_kernels(bf16, zero_decay):
+    rng = np.random.default_rng(11 + bf16 + 2 * zero_decay)
+    w = _gdn_weights(rng)
+    if zero_decay:  # a = 0 and A_log = -inf: decay exactly 1, so the sparse-key rows path runs
+        w["a"] = _csr(rng, 4, 64, 0.0)
+        w["A_log"] = np.full(4, -np.inf, np.float32)
+    r = round_bf16 if bf16 else (lambda x: x)
+    step = K.GdnStep(w, 1e-6, bf16, 2, 8)
+    conv = rng.standard_normal((w["qkv"].shape[0], 3)).astype(np.float32)
+    S = rng.standard_normal((4, 8, 8)).astype(np.float32)
+    ref_conv, ref_S = conv.copy(), S.copy()
+    clean = np.zeros(4, np.int32)
+    for t in range(3):  # the states carry over between tokens
+        h = r(rng.standard_normal(64).astype(np.float32))
+        got = step(h, conv, S, clean)
+        want = _gdn_separate(w, h, ref_conv, ref_S, bf16)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+        assert np.array_equal(conv.view(np.uint32), ref_conv.view(np.uint32))
+        assert np.array_equal(S.view(np.uint32), ref_S.view(np.uint32))
+        assert np.array_equal(clean, R.state_clean(S))
+
+
+def test_gdn_step_refuses_mismatched_heads_and_read_only_states():
+    w = _gdn_weights(np.random.default_rng(3))
+    with pytest.raises(K.KernelInputError, match="do not fit"):
+        K.GdnStep(w, 1e-6, False, 3, 8)
+    step = K.GdnStep(w, 1e-6, False, 2, 8)
+    conv, S = np.zeros((w["qkv"].shape[0], 3), np.float32), np.zeros((4, 8, 8), np.float32)
+    S.flags.writeable = False
+    with pytest.raises(K.KernelInputError, match="S is updated in place"):
+        step(np.zeros(64, np.float32), conv, S, np.zeros(4, np.int32))
+    with pytest.raises(K.KernelInputError, match="clean must be"):
+        step(np.zeros(64, np.float32), conv, np.zeros((4, 8, 8), np.float32), np.zeros(4, np.int64))

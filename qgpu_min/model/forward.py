@@ -62,15 +62,6 @@ def _identity(x: np.ndarray) -> np.ndarray:
     return x
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return np.float32(1) / (np.float32(1) + np.exp(-x))
-
-
-def _softplus(x: np.ndarray) -> np.ndarray:
-    # torch's softplus returns x itself above its threshold of 20
-    return np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20)))).astype(np.float32)
-
-
 @dataclass
 class State:
     """Per-sequence state. recurrent[layer]: DeltaNet S f32 (H, dk, dv); conv[layer]: f32 (conv_dim, K-1),
@@ -109,25 +100,19 @@ class Model:
         self._head_chunks: dict[int, kernels.ChunkedBF16 | None] = {}  # SIMD lanes -> chunked LM head
         self.silent_mixers = frozenset(i for i, kind in enumerate(config.layer_types)
                                        if kind == "linear_attention" and self._silent_deltanet(weights.layers[i]))
-        # decode's fused MLP step for layers whose gate/up/down are all CSR (circuit layers)
+        # decode's fused steps (one C call each) for the MLPs whose gate/up/down are all CSR (circuit
+        # layers) and for the DeltaNet mixers whose projections are
         self._mlp_steps = {
             i: kernels.SparseMlpStep(kernels.SparseMlp.from_weights(w["gate"], w["up"], w["down"]), w["post_norm"],
                                      config.rms_norm_eps, mode == "bf16")
             for i, w in enumerate(weights.layers)
             if all(isinstance(w.get(n), kernels.SparseBF16) for n in ("gate", "up", "down"))}
-        # ... and its DeltaNet mixer, for CSR layers of that type
         self._gdn_steps = {
-            i: kernels.GdnStep(w, config.rms_norm_eps, mode == "bf16") for i, w in enumerate(weights.layers)
+            i: kernels.GdnStep(w, config.rms_norm_eps, mode == "bf16", config.linear_num_key_heads,
+                               config.linear_key_head_dim)
+            for i, w in enumerate(weights.layers)
             if config.layer_types[i] == "linear_attention"
             and all(isinstance(w.get(n), kernels.SparseBF16) for n in ("qkv", "z", "b", "a", "out"))}
-        # decode's gate g where in_proj_a is CSR without a nonzero: a is exactly +0, so g is the same every
-        # token (the same NumPy operations on the same values, done once)
-        nv = config.linear_num_value_heads
-        with np.errstate(over="ignore"):
-            self._decode_g = {
-                i: (-np.exp(w["A_log"]) * _softplus(np.zeros((1, nv), np.float32) + w["dt_bias"])).astype(np.float32)
-                for i, w in enumerate(weights.layers)
-                if isinstance(w.get("a"), kernels.SparseBF16) and w["a"].nnz == 0}
 
     def _silent_deltanet(self, w: dict) -> bool:
         """Whether this DeltaNet layer's mixer provably outputs exactly +0 and keeps a +0 state at +0, for
@@ -138,9 +123,8 @@ class Model:
         +0 + -0 = +0); the output is out_proj's +0. Decided from the weights, once."""
         if not all(isinstance(w.get(n), kernels.SparseBF16) and w[n].nnz == 0 for n in ("qkv", "b", "a", "out")):
             return False
-        with np.errstate(over="ignore"):
-            g = (-np.exp(w["A_log"]) * _softplus(np.float32(0) + w["dt_bias"])).astype(np.float32)
-        return bool(np.isfinite(g).all() and np.isfinite(np.exp(g)).all())
+        g = kernels.deltanet_gate(np.zeros(w["A_log"].shape, np.float32), w["A_log"], w["dt_bias"])
+        return bool(np.isfinite(g).all() and np.isfinite(kernels.exp(g)).all())
 
     # ---- state -------------------------------------------------------------------------------------------
 
@@ -260,11 +244,10 @@ class Model:
         w = self.weights.layers[i]
         silent = i in self.silent_mixers and i in state.zero
         step = self._mlp_steps.get(i) if h.shape[0] == 1 else None
-        if step is not None:  # decode through a sparse MLP: two C calls around NumPy's SiLU
+        if step is not None:  # decode through a sparse MLP: one C call
             if not silent:
                 h = self._mixer(state, i, kind, w, h)
-            h_mid, g, p = step.first(h[0], add_zero=silent)  # add_zero: the silent mixer's exact +0
-            return step.second(h_mid, kernels.silu(g), p)[None]
+            return step(h[0], add_zero=silent)[None]  # add_zero: the silent mixer's exact +0
         # a silent mixer's exact +0 output (h + 0 turns a -0 into +0)
         h = self.r(h + np.float32(0)) if silent else self._mixer(state, i, kind, w, h)
         u = self._norm(h, w["post_norm"])
@@ -277,8 +260,11 @@ class Model:
         if kind == "linear_attention":
             state.zero.discard(i)
             step = self._gdn_steps.get(i) if h.shape[0] == 1 else None
-            if step is not None:
-                return self._deltanet_decode(state, i, step, w, h)
+            if step is not None:  # one C call, the sparse-key step inside (see _delta_rule)
+                clean = state.clean.get(i)
+                if clean is None:
+                    clean = state.clean[i] = np.zeros(self.config.linear_num_value_heads, np.int32)
+                return step(h[0], state.conv[i], state.recurrent[i], clean)[None]
         u = self._norm(h, w["in_norm"])
         if kind == "linear_attention":
             return self.r(h + self._deltanet(state, i, w, u))
@@ -298,15 +284,6 @@ class Model:
             o = kernels.gated_rmsnorm(o, z, w["gdn_norm"], cfg.rms_norm_eps)
         return self._linear(w["out"], o.reshape(T, nv * dv))
 
-    def _deltanet_decode(self, state: State, i: int, step: kernels.GdnStep, w: dict, h: np.ndarray) -> np.ndarray:
-        """_mixer for one token of a CSR DeltaNet layer: the same operations, the C parts in two calls."""
-        cfg = self.config
-        mixed, z, b, a, conv = step.first(h[0], state.conv[i])
-        o = self._delta_rule(state, i, w, conv[None], b[None], a[None])[0]
-        silu_z = kernels.silu(z.reshape(1, cfg.linear_num_value_heads, -1)).reshape(-1) \
-            if self.mode == "bf16" else None
-        return step.second(o, z, silu_z, h[0])[None]
-
     def _delta_rule(self, state: State, i: int, w: dict, conv: np.ndarray, b: np.ndarray,
                     a: np.ndarray) -> np.ndarray:
         """The conv's SiLU, the gates, l2norm and the delta rule over T tokens, from the rounded conv output
@@ -318,11 +295,9 @@ class Model:
         q = c[:, :cfg.key_dim].reshape(T, nk, dk)
         k = c[:, cfg.key_dim:2 * cfg.key_dim].reshape(T, nk, dk)
         v = np.ascontiguousarray(c[:, 2 * cfg.key_dim:].reshape(T, nv, dv))
-        beta = r(_sigmoid(b))
-        g = self._decode_g.get(i) if T == 1 else None
-        if g is None:
-            g = (-np.exp(w["A_log"]) * _softplus(a + w["dt_bias"])).astype(np.float32)
-        q = kernels.l2norm(q, 1e-6) / np.float32(np.sqrt(dk))  # divided, as HF's recurrent rule does
+        beta = r(kernels.sigmoid(b))
+        g = kernels.deltanet_gate(a, w["A_log"], w["dt_bias"])
+        q = kernels.l2norm(q, 1e-6, divisor=np.float32(np.sqrt(dk)))  # divided, as HF's recurrent rule does
         k = kernels.l2norm(k, 1e-6)
         if nv > nk:  # each key head serves nv/nk consecutive value heads (HF repeat_interleave)
             q, k = np.repeat(q, nv // nk, axis=1), np.repeat(k, nv // nk, axis=1)
@@ -395,7 +370,7 @@ class Model:
         out = np.concatenate([self._attend(q[t:t + ATTENTION_BLOCK], keys, values, state.pos + t)
                               for t in range(0, T, ATTENTION_BLOCK)])
         if gate is not None:
-            out = r(out * r(_sigmoid(gate)))
+            out = r(out * r(kernels.sigmoid(gate)))
         return self._linear(w["o"], np.ascontiguousarray(out))
 
 

@@ -19,8 +19,7 @@ import numpy as np
 
 from qgpu_min._core import ffi, lib
 from qgpu_min.model.kernels_ref import (  # noqa: F401  (re-exported: same API as kernels_ref)
-    SPARSE_MAX_DENSITY, ChunkedBF16, KernelInputError, SparseBF16, SparseMlp, count_nonzero_bf16, l2norm,
-    maybe_sparse, silu)
+    SPARSE_MAX_DENSITY, ChunkedBF16, KernelInputError, SparseBF16, SparseMlp, count_nonzero_bf16, maybe_sparse)
 from qgpu_min.model.kernels_ref import describe_arg
 
 ISA_NAMES = ("generic", "avx2", "avx512")
@@ -328,6 +327,49 @@ def deltanet_step_sparse(S: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndar
     return o
 
 
+def _elementwise(fn: str, c_fn, x: np.ndarray) -> np.ndarray:
+    x = _activation(fn, "x", x, (None,) * np.ndim(x))
+    y = np.empty_like(x)
+    c_fn(_floats(x), x.size, _floats(y))
+    return y
+
+
+def exp(x: np.ndarray) -> np.ndarray:
+    """exp of float32 x, any shape: the core's own (activations.c), the same bits on every platform."""
+    return _elementwise("exp", lib.qgpu_exp, x)
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    """x / (1 + exp(-x)) of float32 x, any shape, with the core's exp."""
+    return _elementwise("silu", lib.qgpu_silu, x)
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """1 / (1 + exp(-x)) of float32 x, any shape, with the core's exp."""
+    return _elementwise("sigmoid", lib.qgpu_sigmoid, x)
+
+
+def l2norm(x: np.ndarray, eps: float = 1e-6, divisor: float = 1.0) -> np.ndarray:
+    """(x * (1 / sqrt(sum(x^2) + eps))) / divisor over the last axis (HF's l2norm; the query's divisor is
+    sqrt(dk)); the sum of squares in double."""
+    x = _norm_rows("l2norm", x)
+    y = np.empty_like(x)
+    lib.qgpu_l2norm(_floats(x), x.size // x.shape[-1], x.shape[-1], float(eps), float(divisor), _floats(y))
+    return y
+
+
+def deltanet_gate(a: np.ndarray, a_log: np.ndarray, dt_bias: np.ndarray) -> np.ndarray:
+    """The DeltaNet decay g = -exp(A_log) * softplus(a + dt_bias) for a f32 (..., H): softplus is x above
+    20 (torch's threshold), else log1p(exp(x)) (log1p in double)."""
+    a = _activation("deltanet_gate", "a", a, (None,) * np.ndim(a))
+    heads = a.shape[-1]
+    a_log = _activation("deltanet_gate", "A_log", a_log, (heads,))
+    dt_bias = _activation("deltanet_gate", "dt_bias", dt_bias, (heads,))
+    g = np.empty_like(a)
+    lib.qgpu_deltanet_gate(_floats(a), a.size, _floats(a_log), _floats(dt_bias), heads, _floats(g))
+    return g
+
+
 def isa_lanes() -> int:
     """Lanes of the dense products' accumulator at the current SIMD level: the ChunkedBF16.lanes that
     chunked_matvec runs with (16 AVX-512, 8 AVX2 and generic)."""
@@ -365,84 +407,70 @@ def _csr(w: SparseBF16) -> tuple:
 
 
 class SparseMlpStep:
-    """One layer's sparse MLP for one token (decode), in two C calls around NumPy's SiLU, bit-identical to
-    the forward pass's separate calls (kernels_ref.mlp_in / mlp_out state the math). The weights' C
-    pointers are taken once; the calls check their activations' shape and dtype only (they are the
-    forward pass's own float32 buffers)."""
+    """One layer's sparse MLP for one token (decode) in one C call, bit-identical to the forward pass's
+    separate calls (kernels_ref.mlp_in, silu, kernels_ref.mlp_out state the math). The weights' C pointers
+    are taken once; a call checks its activation's shape and dtype only (the forward pass's own buffer)."""
 
     def __init__(self, mlp: SparseMlp, norm_w: np.ndarray, eps: float, bf16: bool) -> None:
         self.mlp, self.d, self.m = mlp, mlp.down.shape[0], mlp.units.shape[0]
         self.norm_w = _activation("SparseMlpStep", "norm_w", norm_w, (self.d,))
         self.eps, self.bf16 = float(eps), int(bool(bf16))
-        self._gate, self._up, self._down = _csr(mlp.gate), _csr(mlp.up), _csr(mlp.down)
+        self._csr = (*_csr(mlp.gate), *_csr(mlp.up), *_csr(mlp.down))
         self._w = _floats(self.norm_w)
 
-    def first(self, h: np.ndarray, add_zero: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(h_mid, g, p) as kernels_ref.mlp_in (u is not returned)."""
-        h = _vec("SparseMlpStep.first", "h", h, self.d)
-        h_mid, u = np.empty(self.d, np.float32), np.empty(self.d, np.float32)
-        g, p = np.empty(self.m, np.float32), np.empty(self.m, np.float32)
-        lib.qgpu_mlp_in(_floats(h), self.d, self._w, self.eps, int(bool(add_zero)), self.bf16, self.m,
-                        *self._gate, *self._up, _floats(h_mid), _floats(u), _floats(g), _floats(p))
-        return h_mid, g, p
-
-    def second(self, h_mid: np.ndarray, s: np.ndarray, p: np.ndarray) -> np.ndarray:
-        """h_out as kernels_ref.mlp_out, for s = silu(g)."""
-        h_mid = _vec("SparseMlpStep.second", "h_mid", h_mid, self.d)
-        s = _vec("SparseMlpStep.second", "s", s, self.m)
-        p = _vec("SparseMlpStep.second", "p", p, self.m)
-        act, y, h_out = np.empty(self.m, np.float32), np.empty(self.d, np.float32), np.empty(self.d, np.float32)
-        lib.qgpu_mlp_out(_floats(h_mid), self.d, self.bf16, self.m, _floats(s), _floats(p), *self._down,
-                         _floats(act), _floats(y), _floats(h_out))
+    def __call__(self, h: np.ndarray, add_zero: bool) -> np.ndarray:
+        """h_out = h_mid + MLP(h_mid) for h f32 [d], h_mid = R(h + 0) when add_zero (a silent mixer's exact
+        +0 added) else h."""
+        h = _vec("SparseMlpStep", "h", h, self.d)
+        h_out = np.empty(self.d, np.float32)
+        if not lib.qgpu_mlp_step(_floats(h), self.d, self._w, self.eps, int(bool(add_zero)), self.bf16, self.m,
+                                 *self._csr, _floats(h_out)):
+            raise MemoryError("SparseMlpStep: no memory for the step's scratch buffers")
         return h_out
 
 
 class GdnStep:
-    """One CSR DeltaNet layer's mixer for one token (decode) in C calls around the pieces that need NumPy's
-    exp (SiLU of the conv, the gates, l2norm): `first` is kernels_ref.gdn_in, `second` kernels_ref.gdn_out,
-    bit for bit. Weight pointers are taken once; activations are checked for shape and dtype only."""
+    """One CSR DeltaNet layer's mixer for one token (decode) in one C call: kernels_ref.gdn_in, the delta
+    rule as Model._delta_rule runs it (the same kernels), kernels_ref.gdn_out, bit for bit with the forward
+    pass's separate calls. Weight pointers are taken once; activations and states are checked for shape and
+    dtype only."""
 
-    def __init__(self, w: dict, eps: float, bf16: bool) -> None:
+    def __init__(self, w: dict, eps: float, bf16: bool, key_heads: int, key_dim: int) -> None:
         self.d = w["qkv"].shape[1]
-        self.c, self.nz, self.nh = w["qkv"].shape[0], w["z"].shape[0], w["b"].shape[0]
-        self.nv, self.dv = self.nh, w["gdn_norm"].shape[0]
+        self.c, self.nv, self.dv = w["qkv"].shape[0], w["b"].shape[0], w["gdn_norm"].shape[0]
+        self.nk, self.dk = key_heads, key_dim
+        if self.nv % self.nk or self.c != 2 * self.nk * self.dk + self.nv * self.dv \
+                or w["z"].shape[0] != self.nv * self.dv:
+            raise KernelInputError(f"GdnStep: {self.nv} value heads of {self.dv} and {self.nk} key heads of "
+                                   f"{self.dk} do not fit in_proj_qkv {w['qkv'].shape} and in_proj_z {w['z'].shape}")
         self.eps, self.bf16 = float(eps), int(bool(bf16))
+        self.q_div = float(np.float32(np.sqrt(self.dk)))
         self.conv_w = _activation("GdnStep", "conv", w["conv"], (self.c, None))
         self.k = self.conv_w.shape[1]
-        self.in_norm = _activation("GdnStep", "in_norm", w["in_norm"], (self.d,))
-        self.gdn_norm = _activation("GdnStep", "gdn_norm", w["gdn_norm"], (self.dv,))
-        self.ones = np.ones(self.dv, np.float32)
+        vecs = {"in_norm": (self.d,), "gdn_norm": (self.dv,), "A_log": (self.nv,), "dt_bias": (self.nv,)}
+        self._vecs = {n: _activation("GdnStep", n, w[n], shape) for n, shape in vecs.items()}
         self._keep = (w["qkv"], w["z"], w["b"], w["a"], w["out"])
         self._in = [*_csr(w["qkv"]), *_csr(w["z"]), *_csr(w["b"]), *_csr(w["a"])]
         self._out = _csr(w["out"])
-        self._ptrs = {n: _floats(a) for n, a in (("in_norm", self.in_norm), ("gdn_norm", self.gdn_norm),
-                                                 ("conv_w", self.conv_w), ("ones", self.ones))}
+        self._p = {n: _floats(a) for n, a in self._vecs.items()}
+        self._conv_w = _floats(self.conv_w)
 
-    def first(self, h: np.ndarray, conv_state: np.ndarray) -> tuple[np.ndarray, ...]:
-        """(mixed, z, b, a, conv) for h f32 [d]; conv_state [c, k-1] is shifted in place."""
-        h = _vec("GdnStep.first", "h", h, self.d)
-        conv_state = _vec("GdnStep.first", "conv_state", conv_state, self.c * (self.k - 1))
-        if not conv_state.flags.writeable:
-            raise KernelInputError("GdnStep.first: conv_state is updated in place, so it must be writable")
-        u, mixed, z = np.empty(self.d, np.float32), np.empty(self.c, np.float32), np.empty(self.nz, np.float32)
-        b, a, conv = np.empty(self.nh, np.float32), np.empty(self.nh, np.float32), np.empty(self.c, np.float32)
-        lib.qgpu_gdn_in(_floats(h), self.d, self._ptrs["in_norm"], self.eps, self.bf16, self.c, self.nz, self.nh,
-                        *self._in, _floats(conv_state), self.k, self._ptrs["conv_w"], _floats(u), _floats(mixed),
-                        _floats(z), _floats(b), _floats(a), _floats(conv))
-        return mixed, z, b, a, conv
-
-    def second(self, o: np.ndarray, z: np.ndarray, silu_z: np.ndarray | None, h: np.ndarray) -> np.ndarray:
-        """h_out for the delta rule's output o f32 [nv, dv] (rounded in place in bf16 mode), z [nv * dv],
-        silu_z = silu(z) in bf16 mode (else None), h [d]."""
-        n = self.nv * self.dv
-        o = _vec("GdnStep.second", "o", o, n)
-        if not o.flags.writeable:
-            raise KernelInputError("GdnStep.second: o is rounded in place, so it must be writable")
-        z = _vec("GdnStep.second", "z", z, n)
-        sz = z if silu_z is None else _vec("GdnStep.second", "silu_z", silu_z, n)
-        h = _vec("GdnStep.second", "h", h, self.d)
-        tmp, y, h_out = np.empty(n, np.float32), np.empty(self.d, np.float32), np.empty(self.d, np.float32)
-        lib.qgpu_gdn_out(_floats(o), self.nv, self.dv, self.bf16, self._ptrs["gdn_norm"], self.eps, _floats(z),
-                         _floats(sz), self._ptrs["ones"], _floats(tmp), self.d, *self._out, _floats(h),
-                         _floats(y), _floats(h_out))
+    def __call__(self, h: np.ndarray, conv_state: np.ndarray, S: np.ndarray, clean: np.ndarray) -> np.ndarray:
+        """h_out = R(h + mixer(h)) for h f32 [d]; conv_state [c, k-1], S [nv, dk, dv] and clean int32 [nv]
+        (deltanet_step_sparse's flags) are updated in place."""
+        h = _vec("GdnStep", "h", h, self.d)
+        for name, a, n in (("conv_state", conv_state, self.c * (self.k - 1)), ("S", S, self.nv * self.dk * self.dv)):
+            if not _vec("GdnStep", name, a, n).flags.writeable:
+                raise KernelInputError(f"GdnStep: {name} is updated in place, so it must be writable")
+        if type(clean) is not np.ndarray or clean.dtype != np.int32 or clean.shape != (self.nv,) \
+                or not clean.flags.c_contiguous or not clean.flags.writeable:
+            raise KernelInputError(f"GdnStep: clean must be a writable contiguous int32 array [{self.nv}], "
+                                   f"got {describe_arg(clean)}")
+        h_out = np.empty(self.d, np.float32)
+        p = self._p
+        if not lib.qgpu_gdn_step(_floats(h), self.d, p["in_norm"], self.eps, self.bf16, self.nk, self.dk, self.nv,
+                                 self.dv, *self._in, _floats(conv_state), self.k, self._conv_w, p["A_log"],
+                                 p["dt_bias"], self.q_div, _floats(S), ffi.from_buffer("int32_t[]", clean),
+                                 p["gdn_norm"], *self._out, _floats(h_out)):
+            raise MemoryError("GdnStep: no memory for the step's scratch buffers")
         return h_out

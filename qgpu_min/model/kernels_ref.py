@@ -240,9 +240,29 @@ def rmsnorm(x: np.ndarray, w: np.ndarray, eps: float, plus_one: bool) -> np.ndar
     return (x * (np.float32(1) / np.sqrt(variance + np.float32(eps)))) * scale
 
 
+def exp(x: np.ndarray) -> np.ndarray:
+    """exp in float32, correctly rounded (through float64): what the C core's own exp gives but in rare
+    cases within ~1e-16 of a rounding boundary."""
+    with np.errstate(over="ignore"):
+        return np.exp(x.astype(np.float64)).astype(np.float32)
+
+
 def silu(x: np.ndarray) -> np.ndarray:
-    """x * sigmoid(x), float32."""
-    return x / (np.float32(1) + np.exp(-x))
+    """x * sigmoid(x), float32: x / (1 + exp(-x))."""
+    return x / (np.float32(1) + exp(-x))
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """1 / (1 + exp(-x)), float32."""
+    return np.float32(1) / (np.float32(1) + exp(-x))
+
+
+def deltanet_gate(a: np.ndarray, a_log: np.ndarray, dt_bias: np.ndarray) -> np.ndarray:
+    """The DeltaNet decay g = -exp(A_log) * softplus(a + dt_bias), softplus x itself above 20 (torch)."""
+    x = a + dt_bias
+    with np.errstate(over="ignore"):
+        softplus = np.where(x > 20, x, np.log1p(exp(np.minimum(x, 20)).astype(np.float64)).astype(np.float32))
+    return (-exp(a_log) * softplus).astype(np.float32)
 
 
 def gated_rmsnorm(x: np.ndarray, z: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
@@ -250,10 +270,11 @@ def gated_rmsnorm(x: np.ndarray, z: np.ndarray, w: np.ndarray, eps: float) -> np
     return rmsnorm(x, w, eps, plus_one=False) * silu(z)
 
 
-def l2norm(x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
-    """x * rsqrt(sum(x^2) + eps) over the last axis: HF's l2norm, eps added to the sum of squares."""
+def l2norm(x: np.ndarray, eps: float = 1e-6, divisor: float = 1.0) -> np.ndarray:
+    """x * rsqrt(sum(x^2) + eps) over the last axis (HF's l2norm, eps added to the sum of squares), divided
+    by divisor (the query's sqrt(dk))."""
     sum_sq = np.sum(x * x, axis=-1, keepdims=True, dtype=np.float32)
-    return x * (np.float32(1) / np.sqrt(sum_sq + np.float32(eps)))
+    return (x * (np.float32(1) / np.sqrt(sum_sq + np.float32(eps)))) / np.float32(divisor)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -282,7 +303,7 @@ def deltanet_step(S: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g:
     """
     o = np.empty((S.shape[0], S.shape[2]), dtype=np.float32)
     for h in range(S.shape[0]):
-        S[h] *= np.exp(g[h])                      # decay:  S = S * exp(g)
+        S[h] *= exp(g[h:h + 1])[0]                # decay:  S = S * exp(g)
         kv = S[h].T @ k[h]                        #         kv[v] = sum_i S[i, v] k[i]  (what S recalls for k)
         delta = (v[h] - kv) * beta[h]             # write:  delta = (v - kv) * beta
         S[h] += np.outer(k[h], delta)             #         S[i, v] += k[i] delta[v]

@@ -1,0 +1,106 @@
+/* The elementwise activations (exp, SiLU, sigmoid) and the l2 norm, as the C core defines them: one exp
+ * for every path of the forward pass (prefill, decode, the fused decode steps), so that no two paths can
+ * differ in an ulp because one used NumPy's exp and another libm's. qgpu_expf is the library's own, plain
+ * C99 in double precision (range reduction by ln 2, a degree-13 Taylor polynomial, an exact power of two),
+ * so it gives the same bits on every platform and compiler, and is the correctly rounded exp except in
+ * the rare case the exact value lies within ~1e-16 (relative) of a rounding boundary. */
+#include <math.h>
+#include <string.h>
+
+#include "qgpu_core.h"
+
+static inline uint32_t float_bits(float x) {
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    return b;
+}
+
+static inline float bits_float(uint32_t b) {
+    float x;
+    memcpy(&x, &b, sizeof x);
+    return x;
+}
+
+/* Branch-free, with the special cases chosen on the float's bits (integer selects: compilers if-convert
+ * them where they would keep a float comparison's branch), so that loops over it vectorize. */
+static inline float exp_core(float x) {
+    const uint32_t b89 = 0x42B20000u, bm104 = 0xC2D00000u, binf = 0x7F800000u; /* 89.0f, -104.0f, inf */
+    const double log2e = 1.4426950408889634, round_magic = 6755399441055744.0; /* 1.5 * 2^52 */
+    const double ln2_hi = 0.693147180559890330187, ln2_lo = 5.4979230187083711552e-14; /* hi: 41 bits */
+    uint32_t bx = float_bits(x);
+    uint32_t big = (int32_t)bx > (int32_t)b89;                /* x > 89 (or a NaN): exp(89) > FLT_MAX */
+    uint32_t small = bx > bm104;                              /* x < -104 (or a NaN): below 2^-150 */
+    uint32_t nan = (bx & 0x7FFFFFFFu) > binf;
+    double xd = (double)bits_float(big ? b89 : (small ? bm104 : bx));
+    double t = xd * log2e + round_magic;   /* k = nearest integer to x / ln 2 in t's low bits */
+    double kd = t - round_magic;
+    double r = (xd - kd * ln2_hi) - kd * ln2_lo;  /* |r| <= ln2 / 2 (kd * ln2_hi is exact) */
+    double p = 1.0 / 6227020800.0;                 /* Taylor to r^13 / 13! */
+    p = p * r + 1.0 / 479001600;
+    p = p * r + 1.0 / 39916800;
+    p = p * r + 1.0 / 3628800;
+    p = p * r + 1.0 / 362880;
+    p = p * r + 1.0 / 40320;
+    p = p * r + 1.0 / 5040;
+    p = p * r + 1.0 / 720;
+    p = p * r + 1.0 / 120;
+    p = p * r + 1.0 / 24;
+    p = p * r + 1.0 / 6;
+    p = p * r + 0.5;
+    p = p * r + 1.0;
+    p = p * r + 1.0;
+    uint64_t tb, mb;
+    double magic = round_magic, scale;
+    memcpy(&tb, &t, sizeof tb);
+    memcpy(&mb, &magic, sizeof mb);
+    uint64_t bits = (tb - mb + 1023u) << 52;       /* 2^k, a normal double for |k| <= 151 */
+    memcpy(&scale, &bits, sizeof scale);
+    uint32_t by = float_bits((float)(p * scale));
+    by = big ? binf : by;
+    by = small ? 0u : by;
+    return bits_float(nan ? (bx | 0x00400000u) : by);  /* a NaN comes back quiet, as from arithmetic */
+}
+
+float qgpu_expf(float x) { return exp_core(x); }
+
+float qgpu_siluf(float x) { return x / (1.0f + exp_core(-x)); }
+
+float qgpu_sigmoidf(float x) { return 1.0f / (1.0f + exp_core(-x)); }
+
+/* The loops come in three builds, chosen at run time like the dense products: plain (SSE2 on x86-64), AVX2
+ * and AVX-512; the arithmetic is the same IEEE operations (no contraction), so the same bits. */
+#define ELEMENTWISE_LOOP(attr, fname, expr)                                           \
+    attr static void fname(const float *x, size_t n, float *y) {                      \
+        for (size_t i = 0; i < n; i++) { float v = x[i]; y[i] = (expr); }              \
+    }
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define ELEMENTWISE(name, expr)                                                       \
+    ELEMENTWISE_LOOP(, name##_plain, expr)                                            \
+    ELEMENTWISE_LOOP(__attribute__((target("avx2"))), name##_avx2, expr)              \
+    ELEMENTWISE_LOOP(__attribute__((target("avx512f"))), name##_avx512, expr)         \
+    void qgpu_##name(const float *x, size_t n, float *y) {                            \
+        int level = qgpu_get_isa();                                                   \
+        (level >= 2 ? name##_avx512 : level == 1 ? name##_avx2 : name##_plain)(x, n, y); \
+    }
+#else
+#define ELEMENTWISE(name, expr)                                                       \
+    ELEMENTWISE_LOOP(, name##_plain, expr)                                            \
+    void qgpu_##name(const float *x, size_t n, float *y) { name##_plain(x, n, y); }
+#endif
+
+ELEMENTWISE(exp, exp_core(v))
+ELEMENTWISE(silu, v / (1.0f + exp_core(-v)))
+ELEMENTWISE(sigmoid, 1.0f / (1.0f + exp_core(-v)))
+
+/* y = (x * (1 / sqrt(sum(x^2) + eps))) / divisor per row of d (HF's l2norm; the divisor is the query's
+ * sqrt(dk), 1 for keys: x / 1 is x). The sum of squares is accumulated in double, as in the RMSNorm. */
+void qgpu_l2norm(const float *x, size_t rows, size_t d, float eps, float divisor, float *y) {
+    for (size_t r = 0; r < rows; r++) {
+        const float *xr = x + r * d;
+        double sum = 0.0;
+        for (size_t i = 0; i < d; i++) sum += (double)xr[i] * (double)xr[i];
+        float inv = 1.0f / sqrtf((float)sum + eps);
+        for (size_t i = 0; i < d; i++) y[r * d + i] = (xr[i] * inv) / divisor;
+    }
+}
