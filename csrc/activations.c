@@ -90,8 +90,24 @@ float qgpu_sigmoidf(float x) { return 1.0f / (1.0f + exp_core(-x)); }
 #endif
 
 ELEMENTWISE(exp, exp_core(v))
-ELEMENTWISE(silu, v / (1.0f + exp_core(-v)))
+ELEMENTWISE(silu_dense, v / (1.0f + exp_core(-v)))
 ELEMENTWISE(sigmoid, 1.0f / (1.0f + exp_core(-v)))
+
+/* silu(+-0) is that same zero (0 / 2), so blocks of zeros, most of a circuit layer's activations, are
+ * copied; the other blocks take the vectorized loop. Same bits either way. */
+enum { SILU_BLOCK = 64 };
+
+void qgpu_silu(const float *x, size_t n, float *y) {
+    for (size_t i = 0; i < n; i += SILU_BLOCK) {
+        size_t len = n - i < SILU_BLOCK ? n - i : SILU_BLOCK;
+        uint32_t any = 0;
+        for (size_t j = 0; j < len; j++) any |= float_bits(x[i + j]) & 0x7FFFFFFFu;
+        if (any)
+            qgpu_silu_dense(x + i, len, y + i);
+        else
+            memcpy(y + i, x + i, len * sizeof *y);
+    }
+}
 
 /* y = (x * (1 / sqrt(sum(x^2) + eps))) / divisor per row of d (HF's l2norm; the divisor is the query's
  * sqrt(dk), 1 for keys: x / 1 is x). The sum of squares is accumulated in double, as in the RMSNorm. */

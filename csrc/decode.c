@@ -2,7 +2,6 @@
  * calls the forward pass makes one by one for a token, in its order, with the same kernels (activations.c's
  * exp, SiLU, sigmoid and l2norm included), so the same bits as the unfused path. */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "qgpu_core.h"
@@ -116,18 +115,15 @@ static void gdn_out(float *o, size_t nv, size_t dv, int bf16, const float *w, fl
     for (size_t i = 0; i < d; i++) h_out[i] = bf16 ? round_bf16f(h[i] + y[i]) : h[i] + y[i];
 }
 
-/* The sparse MLP of one token: mlp_in, s = silu(g), mlp_out. Returns 0 when scratch memory is short. */
-int qgpu_mlp_step(const float *h, size_t d, const float *w, float eps, int add_zero, int bf16, size_t m,
+/* The sparse MLP of one token: mlp_in, s = silu(g), mlp_out. scratch holds 3 d + 4 m floats. */
+void qgpu_mlp_step(const float *h, size_t d, const float *w, float eps, int add_zero, int bf16, size_t m,
                   const int64_t *gp, const int32_t *gi, const uint16_t *gv, const int64_t *up, const int32_t *ui,
-                  const uint16_t *uv, const int64_t *dp, const int32_t *di, const uint16_t *dv, float *h_out) {
-    float *buf = calloc(3 * d + 4 * m + 1, sizeof *buf);
-    if (!buf) return 0;
-    float *h_mid = buf, *u = h_mid + d, *y = u + d, *g = y + d, *p = g + m, *s = p + m, *act = s + m;
+                  const uint16_t *uv, const int64_t *dp, const int32_t *di, const uint16_t *dv, float *scratch,
+                  float *h_out) {
+    float *h_mid = scratch, *u = h_mid + d, *y = u + d, *g = y + d, *p = g + m, *s = p + m, *act = s + m;
     mlp_in(h, d, w, eps, add_zero, bf16, m, gp, gi, gv, up, ui, uv, h_mid, u, g, p);
     qgpu_silu(g, m, s);
     mlp_out(h_mid, d, bf16, m, s, p, dp, di, dv, act, y, h_out);
-    free(buf);
-    return 1;
 }
 
 void qgpu_deltanet_gate(const float *a, size_t n, const float *a_log, const float *dt_bias, size_t heads,
@@ -142,18 +138,21 @@ void qgpu_deltanet_gate(const float *a, size_t n, const float *a_log, const floa
 /* A CSR DeltaNet mixer for one token, h -> h_out = R(h + mixer): gdn_in; the delta rule (c = R(silu(conv)),
  * q, k, v its thirds, beta = R(sigmoid(b)), g = deltanet_gate(a), q = l2norm(q) / q_div, k = l2norm(k), each
  * key head repeated for nv / nk value heads, the sparse-key step on S [nv, dk, dv] with its clean flags);
- * gdn_out. Returns 0 when scratch memory is short (nothing is changed then). */
-int qgpu_gdn_step(const float *h, size_t d, const float *w, float eps, int bf16, size_t nk, size_t dk,
+ * gdn_out. scratch holds qgpu_gdn_scratch(...) floats. */
+size_t qgpu_gdn_scratch(size_t d, size_t nk, size_t dk, size_t nv, size_t dv) {
+    size_t kd = nk * dk, n = nv * dv, c = 2 * kd + n;
+    return 2 * d + 3 * c + 4 * nv + 2 * kd + 2 * nv * dk + 4 * n + dv;
+}
+
+void qgpu_gdn_step(const float *h, size_t d, const float *w, float eps, int bf16, size_t nk, size_t dk,
                   size_t nv, size_t dv, const int64_t *qp, const int32_t *qi, const uint16_t *qv,
                   const int64_t *zp, const int32_t *zi, const uint16_t *zv, const int64_t *bp, const int32_t *bi,
                   const uint16_t *bv, const int64_t *ap, const int32_t *ai, const uint16_t *av, float *conv_state,
                   size_t k, const float *conv_w, const float *a_log, const float *dt_bias, float q_div, float *S,
                   int32_t *clean, const float *norm_w, const int64_t *op, const int32_t *oi, const uint16_t *ov,
-                  float *h_out) {
+                  float *scratch, float *h_out) {
     size_t kd = nk * dk, n = nv * dv, c = 2 * kd + n;
-    float *buf = calloc(2 * d + 3 * c + 4 * nv + 2 * kd + 2 * nv * dk + 4 * n + dv + 1, sizeof *buf);
-    if (!buf) return 0;
-    float *u = buf, *y = u + d, *mixed = y + d, *conv = mixed + c, *act = conv + c, *z = act + c;
+    float *u = scratch, *y = u + d, *mixed = y + d, *conv = mixed + c, *act = conv + c, *z = act + c;
     float *b = z + n, *a = b + nv, *g = a + nv, *beta = g + nv, *qn = beta + nv, *kn = qn + kd;
     float *qr = kn + kd, *kr = qr + nv * dk, *o = kr + nv * dk, *silu_z = o + n, *tmp = silu_z + n;
     float *ones = tmp + n;
@@ -177,6 +176,4 @@ int qgpu_gdn_step(const float *h, size_t d, const float *w, float eps, int bf16,
     qgpu_deltanet_step_sparse(S, nv, dk, dv, qr, kr, act + 2 * kd, g, beta, o, clean);
     if (bf16) qgpu_silu(z, n, silu_z);
     gdn_out(o, nv, dv, bf16, norm_w, eps, z, silu_z, ones, tmp, d, op, oi, ov, h, y, h_out);
-    free(buf);
-    return 1;
 }

@@ -27,13 +27,6 @@ void qgpu_conv_prefill(float *state, size_t c, size_t k, size_t t, const float *
     for (size_t i = 0; i < t; i++) qgpu_conv_update(state, c, k, x + i * c, w, y + i * c);
 }
 
-typedef struct {
-    float *s;
-    size_t h, dk, dv, t;
-    const float *q, *k, *v, *g, *beta;
-    float *o;
-} delta_args;
-
 /* One head, one token (decay, write, read), in the reference's order. */
 static void delta_head(float *S, size_t dk, size_t dv, const float *q, const float *k, const float *v,
                        float g, float beta, float *o) {
@@ -60,30 +53,6 @@ static void delta_head(float *S, size_t dk, size_t dv, const float *q, const flo
     }
 }
 
-/* Heads are independent, so a thread takes whole heads and runs all T tokens through each: one dispatch
- * per prefill, and a head's state stays in cache across its tokens. */
-static void delta_heads(void *ctx, size_t h0, size_t h1) {
-    const delta_args *a = (const delta_args *)ctx;
-    const size_t h = a->h, dk = a->dk, dv = a->dv;
-    for (size_t hh = h0; hh < h1; hh++)
-        for (size_t i = 0; i < a->t; i++) {
-            size_t th = i * h + hh; /* token i, head hh */
-            delta_head(a->s + hh * dk * dv, dk, dv, a->q + th * dk, a->k + th * dk, a->v + th * dv, a->g[th],
-                       a->beta[th], a->o + th * dv);
-        }
-}
-
-void qgpu_deltanet_prefill(float *s, size_t h, size_t dk, size_t dv, size_t t, const float *q, const float *k,
-                           const float *v, const float *g, const float *beta, float *o) {
-    delta_args a = {s, h, dk, dv, t, q, k, v, g, beta, o};
-    qgpu_parallel_for(h, 1, t * h * dk * dv * 4, delta_heads, &a);
-}
-
-void qgpu_deltanet_step(float *s, size_t h, size_t dk, size_t dv, const float *q, const float *k,
-                        const float *v, const float *g, const float *beta, float *o) {
-    qgpu_deltanet_prefill(s, h, dk, dv, 1, q, k, v, g, beta, o);
-}
-
 /* ---- one token with a sparse-key fast path (decode of circuit layers) ----
  *
  * Bit-identical to qgpu_deltanet_step when the head's state S is "clean": every value finite and none -0.
@@ -95,7 +64,8 @@ void qgpu_deltanet_step(float *s, size_t h, size_t dk, size_t dv, const float *q
  * rows of nonzero k change. Afterwards the touched rows are checked: a -0 makes the head unclean (the
  * next token takes the dense path); a non-finite value also makes this token's read dense, since
  * inf * 0 is NaN there. A head not known clean, or with decay != 1, or non-finite q/k/v/beta, runs the
- * dense delta_head and is then scanned whole, so clean_out always equals a scan of the final state. */
+ * dense delta_head; its state is scanned when a later token could take the sparse path and at the end, so
+ * the flags returned always equal a scan of the final state. Prefill runs every token this way. */
 
 static int is_clean(const float *p, size_t n) {
     int ok = 1;
@@ -144,17 +114,54 @@ static int sparse_head(float *S, size_t dk, size_t dv, const float *q, const flo
     return clean;
 }
 
+/* One head, one token: the sparse path where it is exact, else the dense one. *clean: 1 known clean, else
+ * unknown (the state is scanned only when this token could take the sparse path); on return 1 or 0 when
+ * known, -1 after a dense step (scan it to know). */
+static void head_step(float *S, size_t dk, size_t dv, const float *q, const float *k, const float *v, float g,
+                      float beta, float *o, int32_t *clean) {
+    if (*clean != 1 && qgpu_expf(g) == 1.0f) *clean = is_clean(S, dk * dv);
+    int r = *clean == 1 ? sparse_head(S, dk, dv, q, k, v, g, beta, o) : -1;
+    if (r < 0) delta_head(S, dk, dv, q, k, v, g, beta, o);
+    *clean = r;
+}
+
+typedef struct {
+    float *s;
+    size_t h, dk, dv, t;
+    const float *q, *k, *v, *g, *beta;
+    float *o;
+    int32_t *clean;
+} delta_args;
+
+/* Heads are independent, so a thread takes whole heads and runs all T tokens through each: one dispatch
+ * per prefill, and a head's state stays in cache across its tokens. */
+static void delta_heads(void *ctx, size_t h0, size_t h1) {
+    const delta_args *a = (const delta_args *)ctx;
+    const size_t h = a->h, dk = a->dk, dv = a->dv;
+    for (size_t hh = h0; hh < h1; hh++) {
+        float *S = a->s + hh * dk * dv;
+        for (size_t i = 0; i < a->t; i++) {
+            size_t th = i * h + hh; /* token i, head hh */
+            head_step(S, dk, dv, a->q + th * dk, a->k + th * dk, a->v + th * dv, a->g[th], a->beta[th],
+                      a->o + th * dv, a->clean + hh);
+        }
+        if (a->clean[hh] < 0) a->clean[hh] = is_clean(S, dk * dv);
+    }
+}
+
+void qgpu_deltanet_prefill(float *s, size_t h, size_t dk, size_t dv, size_t t, const float *q, const float *k,
+                           const float *v, const float *g, const float *beta, float *o, int32_t *clean) {
+    delta_args a = {s, h, dk, dv, t, q, k, v, g, beta, o, clean};
+    qgpu_parallel_for(h, 1, t * h * dk * dv * 4, delta_heads, &a);
+}
+
+void qgpu_deltanet_step(float *s, size_t h, size_t dk, size_t dv, const float *q, const float *k,
+                        const float *v, const float *g, const float *beta, float *o) {
+    for (size_t hh = 0; hh < h; hh++)
+        delta_head(s + hh * dk * dv, dk, dv, q + hh * dk, k + hh * dk, v + hh * dv, g[hh], beta[hh], o + hh * dv);
+}
+
 void qgpu_deltanet_step_sparse(float *s, size_t h, size_t dk, size_t dv, const float *q, const float *k,
                                const float *v, const float *g, const float *beta, float *o, int32_t *clean) {
-    for (size_t hh = 0; hh < h; hh++) {
-        float *S = s + hh * dk * dv;
-        int r = clean[hh] ? sparse_head(S, dk, dv, q + hh * dk, k + hh * dk, v + hh * dv, g[hh], beta[hh],
-                                        o + hh * dv)
-                          : -1;
-        if (r < 0) {
-            delta_head(S, dk, dv, q + hh * dk, k + hh * dk, v + hh * dv, g[hh], beta[hh], o + hh * dv);
-            r = is_clean(S, dk * dv);
-        }
-        clean[hh] = r;
-    }
+    qgpu_deltanet_prefill(s, h, dk, dv, 1, q, k, v, g, beta, o, clean);
 }

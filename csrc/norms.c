@@ -30,8 +30,7 @@ void qgpu_gated_rmsnorm(const float *x, const float *z, size_t rows, size_t d, c
         const float *xr = x + r * d, *zr = z + r * d;
         float *yr = y + r * d;
         float inv = inv_rms(xr, d, eps);
-        for (size_t i = 0; i < d; i++) {
-            yr[i] = ((xr[i] * inv) * w[i]) * qgpu_siluf(zr[i]);
-        }
+        qgpu_silu(zr, d, yr); /* the vectorized loop, then the product in the reference's order */
+        for (size_t i = 0; i < d; i++) yr[i] = ((xr[i] * inv) * w[i]) * yr[i];
     }
 }

@@ -51,14 +51,15 @@ void qgpu_deltanet_step(float *s, size_t h, size_t dk, size_t dv, const float *q
                         const float *v, const float *g, const float *beta, float *o);
 
 /* Prefill: t tokens in order, bit-identical to t single-token calls. conv: x, y [t, c]. deltanet: q, k
- * [t, h, dk]; v [t, h, dv]; g, beta [t, h] -> o [t, h, dv]. */
+ * [t, h, dk]; v [t, h, dv]; g, beta [t, h] -> o [t, h, dv], each token through deltanet_step_sparse's
+ * paths, with its clean flags [h] (in: 1 = known clean; out: a scan of the final state). */
 void qgpu_conv_prefill(float *state, size_t c, size_t k, size_t t, const float *x, const float *w, float *y);
 void qgpu_deltanet_prefill(float *s, size_t h, size_t dk, size_t dv, size_t t, const float *q, const float *k,
-                           const float *v, const float *g, const float *beta, float *o);
+                           const float *v, const float *g, const float *beta, float *o, int32_t *clean);
 /* deltanet_step for one token, bit for bit, touching only the state rows of nonzero keys (and reading
- * only the rows of nonzero queries) in heads whose decay expf(g) is exactly 1 and whose state is clean:
- * clean [h] in/out, 1 = that head's S is known finite with no -0. Other heads run the dense step. On
- * return clean[h] says whether S[h] is clean now (always what a scan of it would say). */
+ * only the rows of nonzero queries) in heads whose decay exp(g) is exactly 1 and whose state is clean:
+ * clean [h] in/out, 1 = that head's S is known finite with no -0 (else it is scanned when it matters).
+ * Other heads run the dense step. On return clean[h] says whether S[h] is clean now (a scan's answer). */
 void qgpu_deltanet_step_sparse(float *s, size_t h, size_t dk, size_t dv, const float *q, const float *k,
                                const float *v, const float *g, const float *beta, float *o, int32_t *clean);
 /* Lanes of the dense products' accumulator at a SIMD level (16 AVX-512, 8 otherwise). */
@@ -75,6 +76,7 @@ void qgpu_round_bf16(float *x, size_t n);
  * exp(-x)), sigmoid 1 / (1 + exp(-x)). */
 void qgpu_exp(const float *x, size_t n, float *y);
 void qgpu_silu(const float *x, size_t n, float *y);
+void qgpu_silu_dense(const float *x, size_t n, float *y); /* the same without skipping zero blocks */
 void qgpu_sigmoid(const float *x, size_t n, float *y);
 /* rows x d: y = (x * (1 / sqrt(sum(x^2) + eps))) / divisor */
 void qgpu_l2norm(const float *x, size_t rows, size_t d, float eps, float divisor, float *y);
@@ -83,17 +85,19 @@ void qgpu_deltanet_gate(const float *a, size_t n, const float *a_log, const floa
                         float *g);
 /* One token through a CSR layer (decode.c): the sparse MLP, h -> h_out (h_mid = R(h + 0) when add_zero: a
  * silent mixer's exact output), and the DeltaNet mixer, h -> h_out, its conv state, S and clean flags
- * updated. R = round_bf16 in bf16 mode. Both return 0 (and change nothing) when scratch memory is short. */
-int qgpu_mlp_step(const float *h, size_t d, const float *w, float eps, int add_zero, int bf16, size_t m,
+ * updated. R = round_bf16 in bf16 mode. scratch: the MLP's 3 d + 4 m floats, the mixer's qgpu_gdn_scratch. */
+void qgpu_mlp_step(const float *h, size_t d, const float *w, float eps, int add_zero, int bf16, size_t m,
                   const int64_t *gp, const int32_t *gi, const uint16_t *gv, const int64_t *up, const int32_t *ui,
-                  const uint16_t *uv, const int64_t *dp, const int32_t *di, const uint16_t *dv, float *h_out);
-int qgpu_gdn_step(const float *h, size_t d, const float *w, float eps, int bf16, size_t nk, size_t dk,
+                  const uint16_t *uv, const int64_t *dp, const int32_t *di, const uint16_t *dv, float *scratch,
+                  float *h_out);
+size_t qgpu_gdn_scratch(size_t d, size_t nk, size_t dk, size_t nv, size_t dv);
+void qgpu_gdn_step(const float *h, size_t d, const float *w, float eps, int bf16, size_t nk, size_t dk,
                   size_t nv, size_t dv, const int64_t *qp, const int32_t *qi, const uint16_t *qv,
                   const int64_t *zp, const int32_t *zi, const uint16_t *zv, const int64_t *bp, const int32_t *bi,
                   const uint16_t *bv, const int64_t *ap, const int32_t *ai, const uint16_t *av, float *conv_state,
                   size_t k, const float *conv_w, const float *a_log, const float *dt_bias, float q_div, float *S,
                   int32_t *clean, const float *norm_w, const int64_t *op, const int32_t *oi, const uint16_t *ov,
-                  float *h_out);
+                  float *scratch, float *h_out);
 /* CDEF END */
 
 /* Scalar forms of the activations, for the other C sources. */

@@ -32,7 +32,8 @@ def per_token_kernels(monkeypatch) -> None:
               "matmul_bf16_multi": lambda ws, x: [kernels.matmul_bf16(w, x) for w in ws]}
     conv_update, deltanet_step = kernels.conv_update, kernels.deltanet_step
     single["conv_prefill"] = lambda state, x, w: np.stack([conv_update(state, xt, w) for xt in x])
-    single["deltanet_prefill"] = lambda S, *qkvgb: np.stack([deltanet_step(S, *t) for t in zip(*qkvgb)])
+    single["deltanet_prefill"] = lambda S, q, k, v, g, beta, clean=None: np.stack(
+        [deltanet_step(S, *t) for t in zip(q, k, v, g, beta)])
     single["deltanet_step_sparse"] = lambda S, q, k, v, g, beta, clean: deltanet_step(S, q, k, v, g, beta)
     for name, fn in single.items():
         monkeypatch.setattr(kernels, name, fn)

@@ -302,14 +302,12 @@ class Model:
         if nv > nk:  # each key head serves nv/nk consecutive value heads (HF repeat_interleave)
             q, k = np.repeat(q, nv // nk, axis=1), np.repeat(k, nv // nk, axis=1)
         q, k = np.ascontiguousarray(q, np.float32), np.ascontiguousarray(k, np.float32)
+        clean = state.clean.get(i)  # the sparse-key path's flags (kernels.deltanet_step_sparse)
+        if clean is None:
+            clean = state.clean[i] = np.zeros(nv, np.int32)  # unknown: scanned when it matters
         if T == 1:  # decode: only the state rows of nonzero keys/queries, where that is exact
-            clean = state.clean.get(i)
-            if clean is None:
-                clean = state.clean[i] = np.zeros(nv, np.int32)  # unknown: dense step, then scanned
             return kernels.deltanet_step_sparse(state.recurrent[i], q[0], k[0], v[0], g[0], beta[0], clean)[None]
-        o = kernels.deltanet_prefill(state.recurrent[i], q, k, v, g, beta)  # (T, nv, dv), token by token
-        state.clean[i] = np.zeros(nv, np.int32)  # not tracked through prefill: the next step rescans
-        return o
+        return kernels.deltanet_prefill(state.recurrent[i], q, k, v, g, beta, clean)  # (T, nv, dv), in order
 
     def _rope(self, x: np.ndarray, pos0: int) -> np.ndarray:
         """NeoX-style rotary embedding on the first rotary_dim dims of each head; x (T, heads, head_dim)."""

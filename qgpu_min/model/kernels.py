@@ -13,6 +13,7 @@ norms and the DeltaNet step agree to a few fp32 ulps.
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -295,16 +296,27 @@ def _delta_args(fn: str, S: object, q: object, k: object, v: object, g: object, 
             _activation(fn, "g", g, lead + (h,)), _activation(fn, "beta", beta, lead + (h,)))
 
 
+def _clean_flags(fn: str, clean: object, h: int) -> np.ndarray:
+    if not isinstance(clean, np.ndarray) or clean.dtype != np.int32 or clean.shape != (h,) \
+            or not clean.flags.c_contiguous or not clean.flags.writeable:
+        raise KernelInputError(f"{fn}: clean must be a writable contiguous int32 array [{h}], "
+                               f"got {describe_arg(clean)}")
+    return clean
+
+
 def deltanet_prefill(S: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray,
-                     beta: np.ndarray) -> np.ndarray:
+                     beta: np.ndarray, clean: np.ndarray | None = None) -> np.ndarray:
     """deltanet_step over T tokens in order, in one call (threads take whole heads): q, k f32 [T, H, dk];
     v f32 [T, H, dv]; g, beta f32 [T, H] -> o f32 [T, H, dv], bit-identical to T deltanet_step calls; S f32
-    [H, dk, dv] ends updated by all T tokens."""
+    [H, dk, dv] ends updated by all T tokens. Each token takes deltanet_step_sparse's paths; `clean` (int32
+    [H], in/out, as there) carries their flags, none meaning nothing is known."""
     S, q, k, v, g, beta = _delta_args("deltanet_prefill", S, q, k, v, g, beta, (None,))
     (t, h, dk), dv = q.shape, S.shape[2]
+    clean = np.zeros(h, np.int32) if clean is None else _clean_flags("deltanet_prefill", clean, h)
     o = np.empty((t, h, dv), dtype=np.float32)
     if t:
-        lib.qgpu_deltanet_prefill(_floats(S), h, dk, dv, t, *map(_floats, (q, k, v, g, beta, o)))
+        lib.qgpu_deltanet_prefill(_floats(S), h, dk, dv, t, *map(_floats, (q, k, v, g, beta, o)),
+                                  ffi.from_buffer("int32_t[]", clean))
     return o
 
 
@@ -317,10 +329,7 @@ def deltanet_step_sparse(S: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndar
     or from this function."""
     S, q, k, v, g, beta = _delta_args("deltanet_step_sparse", S, q, k, v, g, beta, ())
     h, dv = S.shape[0], S.shape[2]
-    if not isinstance(clean, np.ndarray) or clean.dtype != np.int32 or clean.shape != (h,) \
-            or not clean.flags.c_contiguous or not clean.flags.writeable:
-        raise KernelInputError(f"deltanet_step_sparse: clean must be a writable contiguous int32 array [{h}], "
-                               f"got {describe_arg(clean)}")
+    clean = _clean_flags("deltanet_step_sparse", clean, h)
     o = np.empty((h, dv), dtype=np.float32)
     lib.qgpu_deltanet_step_sparse(_floats(S), h, S.shape[1], dv, *map(_floats, (q, k, v, g, beta, o)),
                                   ffi.from_buffer("int32_t[]", clean))
@@ -417,15 +426,17 @@ class SparseMlpStep:
         self.eps, self.bf16 = float(eps), int(bool(bf16))
         self._csr = (*_csr(mlp.gate), *_csr(mlp.up), *_csr(mlp.down))
         self._w = _floats(self.norm_w)
+        self._scratch = np.empty(3 * self.d + 4 * self.m + 1, np.float32)  # reused: calls hold the lock
+        self._lock = threading.Lock()
 
     def __call__(self, h: np.ndarray, add_zero: bool) -> np.ndarray:
         """h_out = h_mid + MLP(h_mid) for h f32 [d], h_mid = R(h + 0) when add_zero (a silent mixer's exact
         +0 added) else h."""
         h = _vec("SparseMlpStep", "h", h, self.d)
         h_out = np.empty(self.d, np.float32)
-        if not lib.qgpu_mlp_step(_floats(h), self.d, self._w, self.eps, int(bool(add_zero)), self.bf16, self.m,
-                                 *self._csr, _floats(h_out)):
-            raise MemoryError("SparseMlpStep: no memory for the step's scratch buffers")
+        with self._lock:
+            lib.qgpu_mlp_step(_floats(h), self.d, self._w, self.eps, int(bool(add_zero)), self.bf16, self.m,
+                              *self._csr, _floats(self._scratch), _floats(h_out))
         return h_out
 
 
@@ -454,6 +465,8 @@ class GdnStep:
         self._out = _csr(w["out"])
         self._p = {n: _floats(a) for n, a in self._vecs.items()}
         self._conv_w = _floats(self.conv_w)
+        self._scratch = np.empty(lib.qgpu_gdn_scratch(self.d, self.nk, self.dk, self.nv, self.dv) + 1, np.float32)
+        self._lock = threading.Lock()  # the scratch buffer is reused, one call at a time
 
     def __call__(self, h: np.ndarray, conv_state: np.ndarray, S: np.ndarray, clean: np.ndarray) -> np.ndarray:
         """h_out = R(h + mixer(h)) for h f32 [d]; conv_state [c, k-1], S [nv, dk, dv] and clean int32 [nv]
@@ -462,15 +475,12 @@ class GdnStep:
         for name, a, n in (("conv_state", conv_state, self.c * (self.k - 1)), ("S", S, self.nv * self.dk * self.dv)):
             if not _vec("GdnStep", name, a, n).flags.writeable:
                 raise KernelInputError(f"GdnStep: {name} is updated in place, so it must be writable")
-        if type(clean) is not np.ndarray or clean.dtype != np.int32 or clean.shape != (self.nv,) \
-                or not clean.flags.c_contiguous or not clean.flags.writeable:
-            raise KernelInputError(f"GdnStep: clean must be a writable contiguous int32 array [{self.nv}], "
-                                   f"got {describe_arg(clean)}")
+        clean = _clean_flags("GdnStep", clean, self.nv)
         h_out = np.empty(self.d, np.float32)
         p = self._p
-        if not lib.qgpu_gdn_step(_floats(h), self.d, p["in_norm"], self.eps, self.bf16, self.nk, self.dk, self.nv,
-                                 self.dv, *self._in, _floats(conv_state), self.k, self._conv_w, p["A_log"],
-                                 p["dt_bias"], self.q_div, _floats(S), ffi.from_buffer("int32_t[]", clean),
-                                 p["gdn_norm"], *self._out, _floats(h_out)):
-            raise MemoryError("GdnStep: no memory for the step's scratch buffers")
+        with self._lock:
+            lib.qgpu_gdn_step(_floats(h), self.d, p["in_norm"], self.eps, self.bf16, self.nk, self.dk, self.nv,
+                              self.dv, *self._in, _floats(conv_state), self.k, self._conv_w, p["A_log"],
+                              p["dt_bias"], self.q_div, _floats(S), ffi.from_buffer("int32_t[]", clean),
+                              p["gdn_norm"], *self._out, _floats(self._scratch), _floats(h_out))
         return h_out

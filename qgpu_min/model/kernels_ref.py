@@ -320,12 +320,14 @@ def conv_prefill(conv_state: np.ndarray, x: np.ndarray, w: np.ndarray) -> np.nda
 
 
 def deltanet_prefill(S: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray,
-                     beta: np.ndarray) -> np.ndarray:
+                     beta: np.ndarray, clean: np.ndarray | None = None) -> np.ndarray:
     """deltanet_step for each of T tokens in order: q, k [T, H, dk]; v [T, H, dv]; g, beta [T, H]
-    -> o f32 [T, H, dv]."""
+    -> o f32 [T, H, dv]; clean (int32 [H]), when given, is set to state_clean of the final S."""
     o = np.empty(v.shape, dtype=np.float32)
     for t in range(q.shape[0]):
         o[t] = deltanet_step(S, q[t], k[t], v[t], g[t], beta[t])
+    if clean is not None:
+        clean[:] = state_clean(S)
     return o
 
 
