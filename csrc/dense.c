@@ -361,6 +361,7 @@ typedef struct {
     const int64_t *ptr;
     const int32_t *cols;
     const uint16_t *w;
+    const int8_t *w8; /* the same weights as small integers (exact in int8), or NULL: half the bytes to read */
     const float *x;
     float *y;
 } chunk_args;
@@ -374,6 +375,13 @@ static void chunk_rows_generic(void *ctx, size_t r0, size_t r1) {
             float xk[8] = {0};
             memcpy(xk, a->x + k, (k + 8 <= a->in ? 8 : a->in - k) * sizeof *xk);
             v4f x_even = {xk[0], xk[2], xk[4], xk[6]}, x_odd = {xk[1], xk[3], xk[5], xk[7]};
+            if (a->w8) {
+                const int8_t *w8 = a->w8 + (size_t)c * 8;
+                v4f w_even = {w8[0], w8[2], w8[4], w8[6]}, w_odd = {w8[1], w8[3], w8[5], w8[7]};
+                even += w_even * x_even;
+                odd += w_odd * x_odd;
+                continue;
+            }
             v4u u;
             memcpy(&u, a->w + (size_t)c * 8, sizeof u);
             even += as_v4f(EVEN_WEIGHTS(u)) * x_even;
@@ -394,7 +402,10 @@ AVX2 static void chunk_rows_avx2(void *ctx, size_t r0, size_t r1) {
         for (int64_t c = a->ptr[r]; c < a->ptr[r + 1]; c++) {
             size_t k = (size_t)a->cols[c];
             __m256 xv = k + 8 <= a->in ? _mm256_loadu_ps(a->x + k) : load_x8_tail(a->x + k, a->in - k);
-            acc = _mm256_fmadd_ps(load_w8(a->w + (size_t)c * 8), xv, acc);
+            __m256 wv = a->w8 ? _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                    _mm_loadl_epi64((const __m128i *)(a->w8 + (size_t)c * 8))))
+                              : load_w8(a->w + (size_t)c * 8);
+            acc = _mm256_fmadd_ps(wv, xv, acc);
         }
         a->y[r] = reduce8(acc);
     }
@@ -408,7 +419,10 @@ AVX512 static void chunk_rows_avx512(void *ctx, size_t r0, size_t r1) {
             size_t k = (size_t)a->cols[c];
             __m512 xv = k + 16 <= a->in ? _mm512_loadu_ps(a->x + k)
                                         : _mm512_maskz_loadu_ps((__mmask16)((1u << (a->in - k)) - 1u), a->x + k);
-            acc = _mm512_fmadd_ps(load_w16(a->w + (size_t)c * 16), xv, acc);
+            __m512 wv = a->w8 ? _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                    _mm_loadu_si128((const __m128i *)(a->w8 + (size_t)c * 16))))
+                              : load_w16(a->w + (size_t)c * 16);
+            acc = _mm512_fmadd_ps(wv, xv, acc);
         }
         a->y[r] = reduce16(acc);
     }
@@ -418,7 +432,7 @@ AVX512 static void chunk_rows_avx512(void *ctx, size_t r0, size_t r1) {
 int qgpu_isa_lanes(int level) { return level == ISA_AVX512 ? 16 : 8; }
 
 int qgpu_chunked_matvec_bf16(size_t out, size_t in, size_t lanes, const int64_t *ptr, const int32_t *cols,
-                             const uint16_t *w, const float *x, float *y) {
+                             const uint16_t *w, const int8_t *w8, const float *x, float *y) {
     int level = qgpu_get_isa();
     if (lanes != (size_t)qgpu_isa_lanes(level)) return 0;
     for (size_t i = 0; i < in; i++)
@@ -428,7 +442,7 @@ int qgpu_chunked_matvec_bf16(size_t out, size_t in, size_t lanes, const int64_t 
     if (level == ISA_AVX2) fn = chunk_rows_avx2;
     if (level == ISA_AVX512) fn = chunk_rows_avx512;
 #endif
-    chunk_args a = {out, in, ptr, cols, w, x, y};
+    chunk_args a = {out, in, ptr, cols, w, w8, x, y};
     qgpu_parallel_for(out, ROW_GRAIN, (size_t)ptr[out] * lanes + out, fn, &a);
     return 1;
 }

@@ -66,10 +66,12 @@ void qgpu_deltanet_step_sparse(float *s, size_t h, size_t dk, size_t dv, const f
 int qgpu_isa_lanes(int level);
 /* y = W x for W stored as its nonzero chunks of `lanes` columns: row r's chunks are ptr[r] .. ptr[r+1],
  * chunk c starts at column cols[c], its weights w[c * lanes ..] (zero-padded past `in`). Bit-identical to
- * qgpu_matvec_bf16 of the dense W at the current SIMD level. Returns 0 without computing when `lanes` is
- * not that level's or x holds a non-finite value (the dense product is then the one to run), else 1. */
+ * qgpu_matvec_bf16 of the dense W at the current SIMD level. w8, when not NULL, holds the same weights as
+ * int8 (every weight an integer in [-128, 127], none -0) and is read instead: the same values, half the
+ * bytes. Returns 0 without computing when `lanes` is not that level's or x holds a non-finite value (the
+ * dense product is then the one to run), else 1. */
 int qgpu_chunked_matvec_bf16(size_t out, size_t in, size_t lanes, const int64_t *ptr, const int32_t *cols,
-                             const uint16_t *w, const float *x, float *y);
+                             const uint16_t *w, const int8_t *w8, const float *x, float *y);
 /* In place: x = round_bf16(x), as bf16.round_bf16 does. */
 void qgpu_round_bf16(float *x, size_t n);
 /* Elementwise, n floats (activations.c): the core's own exp (the same bits on every platform), SiLU x / (1 +

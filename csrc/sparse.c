@@ -21,18 +21,33 @@ static inline float bf16_value(uint16_t bits) {
     return f;
 }
 
+enum { SPAN_ROWS = 32 };
+
+/* Rows [r0, r1): a stretch with no nonzero at all (indptr equal at both ends; a circuit layer's matrices
+ * are mostly such stretches) is written +0 at once, as the empty sums would be; others are halved down to
+ * short runs summed row by row. */
+static void rows_span(const sparse_args *a, const float *x, float *y, size_t r0, size_t r1) {
+    if (a->indptr[r0] == a->indptr[r1]) {
+        memset(y + r0, 0, (r1 - r0) * sizeof *y);
+        return;
+    }
+    if (r1 - r0 > SPAN_ROWS) {
+        size_t mid = r0 + (r1 - r0) / 2;
+        rows_span(a, x, y, r0, mid);
+        rows_span(a, x, y, mid, r1);
+        return;
+    }
+    for (size_t r = r0; r < r1; r++) {
+        float acc = 0.0f;
+        for (int64_t e = a->indptr[r]; e < a->indptr[r + 1]; e++)
+            acc += bf16_value(a->values[e]) * x[a->indices[e]];
+        y[r] = acc;
+    }
+}
+
 static void sparse_rows(void *ctx, size_t r0, size_t r1) {
     const sparse_args *a = (const sparse_args *)ctx;
-    for (size_t t = 0; t < a->n; t++) {
-        const float *x = a->x + t * a->in;
-        float *y = a->y + t * a->out;
-        for (size_t r = r0; r < r1; r++) {
-            float acc = 0.0f;
-            for (int64_t e = a->indptr[r]; e < a->indptr[r + 1]; e++)
-                acc += bf16_value(a->values[e]) * x[a->indices[e]];
-            y[r] = acc;
-        }
-    }
+    for (size_t t = 0; t < a->n; t++) rows_span(a, a->x + t * a->in, a->y + t * a->out, r0, r1);
 }
 
 void qgpu_sparse_matmul(size_t out, size_t in, const int64_t *indptr, const int32_t *indices,

@@ -55,3 +55,24 @@ def test_chunked_argument_checks():
     assert c.chunks == 0 and not K.chunked_matvec(c, np.ones(8, np.float32)).any()
     with pytest.raises(K.KernelInputError, match="x"):
         K.chunked_matvec(c, np.ones(9, np.float32))
+
+
+@pytest.mark.parametrize("shape", [(300, 2048), (37, 517), (64, 13)])
+def test_small_integer_weights_read_as_int8_give_the_same_bits(isa, threads, shape):
+    # a circuit embedding's weights (0, 1, 2, 9, 43): the int8 copy is read, the product's bits are the
+    # dense bf16 product's; a -0 among the kept weights or a non-integer keeps the bf16 values
+    rng = np.random.default_rng(shape[0])
+    w = np.where(rng.random(shape) < 0.05, rng.choice([1.0, 2.0, 9.0, 43.0, -7.0, 127.0], shape), 0.0)
+    bits = f32_to_bf16(w.astype(np.float32))
+    c = K.ChunkedBF16.from_dense(bits, K.isa_lanes())
+    assert c.small is not None and np.array_equal(c.small.astype(np.float32), R.bf16_to_f32(c.values))
+    x = (rng.standard_normal(shape[1]) * 3).astype(np.float32)
+    y = K.chunked_matvec(c, x)
+    assert np.array_equal(y.view(np.uint32), K.matvec_bf16(bits, x).view(np.uint32))
+    for bad in (0.5, 128.0):
+        b2 = bits.copy()
+        b2[0, 3] = f32_to_bf16(np.float32([bad]))[0]
+        assert K.ChunkedBF16.from_dense(b2, K.isa_lanes()).small is None
+    b3 = bits.copy()
+    b3[np.nonzero(bits)[0][0], np.nonzero(bits)[1][0] ^ 1] = 0x8000  # a -0 beside a nonzero: a kept chunk
+    assert K.ChunkedBF16.from_dense(b3, K.isa_lanes()).small is None

@@ -394,9 +394,10 @@ def chunked_matvec(w: ChunkedBF16, x: np.ndarray) -> np.ndarray:
     out, n_in = w.shape
     x = _activation("chunked_matvec", "x", x, (n_in,))
     y = np.empty(out, dtype=np.float32)
+    small = ffi.NULL if w.small is None else ffi.from_buffer("int8_t[]", w.small)
     if not lib.qgpu_chunked_matvec_bf16(out, n_in, w.lanes, ffi.from_buffer("int64_t[]", w.ptr),
                                         ffi.from_buffer("int32_t[]", w.cols),
-                                        ffi.from_buffer("uint16_t[]", w.values), _floats(x), _floats(y)):
+                                        ffi.from_buffer("uint16_t[]", w.values), small, _floats(x), _floats(y)):
         return matvec_bf16(w.dense, x)
     return y
 
