@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import QgpuError
-from ..machine.isa import LOAD_OPS, SHFL_OPS, SPECIALS, STORE_OPS, VOTE_OPS, ZERO, Block, Instr, cross_lane_source
+from ..machine.isa import (LOAD_OPS, SHFL_OPS, SPECIALS, STORE_OPS, VOTE_OPS, ZERO, Block, Instr, cross_lane_source,
+                           lane_serial_violation)
 from .datapath import ALU_OF_OPCODE, CoreFormat
 from .layout import ATOM_OPS, RECORD_REG, SUBWORD_STORES
 
@@ -68,9 +69,7 @@ class _Sources:
     def of(self, r: int) -> str:
         if r == ZERO:
             return "zero"
-        if r in self.writer:
-            if self.writer[r] == "vote":
-                raise EncodeError(f"{self.where}: reads r{r}, the result of the block's vote, in the same block")
+        if r in self.writer:  # never a vote's: encode_block refuses a block reading one (lane_serial_violation)
             return self.writer[r]
         if r not in self.reads:
             if len(self.reads) == self.fmt.reads:
@@ -83,6 +82,9 @@ def encode_block(block: Block, fmt: CoreFormat, where: str = "block") -> BlockCo
     if len(block.pre) > fmt.pre or len(block.post) > fmt.post:
         raise EncodeError(f"{where}: {len(block.pre)} pre / {len(block.post)} post ALU instructions, the circuit "
                           f"executes {fmt.pre} / {fmt.post}")
+    broken = lane_serial_violation(block.instrs(), block.term.ra if block.term.kind == "BR" else ZERO)
+    if broken:  # the circuit runs a warp's lanes one after another
+        raise EncodeError(f"{where}: {broken}")
     src = _Sources(fmt, where)
     slots = [SlotCode() for _ in range(fmt.slots)]
     code = BlockCode(slots, [], None)
@@ -92,9 +94,6 @@ def encode_block(block: Block, fmt: CoreFormat, where: str = "block") -> BlockCo
         _mem_slot(block.mem, code, src, where)
     for j, ins in enumerate(block.post):
         _alu_slot(fmt, fmt.pre + j, ins, slots[fmt.pre + j], src, where)
-    if code.mem_op in ("SHFL", "VOTE") and any(i.rd == code.cross_reg for i in [block.mem] + block.post
-                                                if i.op != "NOP" and code.cross_reg != ZERO):
-        raise EncodeError(f"{where}: r{code.cross_reg}, read from the other lanes, is written later in the block")
     t = block.term
     code.term, code.taken, code.not_taken = t.kind, t.taken, t.not_taken
     if t.kind == "BR":
@@ -137,13 +136,11 @@ def _mem_slot(ins: Instr, code: BlockCode, src: _Sources, where: str) -> None:
     if code.mem_op in ("ATOM", "SHFL", "VOTE"):
         code.variant = ins.op.split(".")[-1]
     if code.mem_op in ("SHFL", "VOTE"):
-        # a shuffle's ra, a vote's rb, are read from the other lanes in the register file: the block must not
-        # write them (BlockFormat.lane_serial). A shuffle's B (lane, delta or mask) and C (segment and clamp)
-        # are this lane's.
+        # a shuffle's ra, a vote's rb, are read from the other lanes in the register file, which the block
+        # leaves unwritten (lane_serial_violation, checked above). A shuffle's B (lane, delta or mask) and C
+        # (segment and clamp) are this lane's.
         cross = cross_lane_source(ins)
         code.cross_reg = ZERO if cross is None else cross
-        if code.cross_reg in src.writer:
-            raise EncodeError(f"{where}: r{code.cross_reg}, read from the other lanes, is written earlier in the block")
     if code.mem_op == "SHFL":
         code.mem_data, code.mem_imm = ("imm", ins.imm & 0xFFFFFFFF) if ins.bimm else (src.of(ins.rb), 0)
         code.mem_c = src.of(ins.rc)

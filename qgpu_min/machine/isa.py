@@ -326,20 +326,7 @@ class BlockFormat:
         """Why these instructions (a block's, in order, then a BR on branch_reg) break the lane_serial rule:
         an instruction writes the register a shuffle or vote reads from the other lanes, or an instruction
         (or the BR) reads a vote's result; None when they do not (or the format has no such rule)."""
-        if not self.lane_serial:
-            return None
-        sources = {cross_lane_source(i) for i in instrs} - {None}
-        votes: set[int] = set()
-        for i in instrs:
-            if _writes(i) & sources:
-                return f"{format_instr(i)} writes r{i.rd}, which a shuffle or vote reads from the other lanes"
-            if _reads(i) & votes:
-                return f"{format_instr(i)} reads the result of the vote before it in the block"
-            if i.op in VOTE_OPS:
-                votes |= _writes(i)
-        if branch_reg in votes:
-            return f"the branch reads r{branch_reg}, the result of the block's vote"
-        return None
+        return lane_serial_violation(instrs, branch_reg) if self.lane_serial else None
 
     def fits_some_slot(self, op: str) -> bool:
         """Whether some pre or post slot takes ALU op ``op``: else no block of this format can hold it."""
@@ -504,6 +491,24 @@ def format_program(program: Program, param_names: list[str] | None = None) -> st
     regs_used = bin(used).count("1")
     lines.insert(0, f"; {len(program.blocks)} blocks (ROM holds {ROM_BLOCKS}), {regs_used} registers used")
     return "\n".join(lines)
+
+
+def lane_serial_violation(instrs: list[Instr], branch_reg: int = ZERO) -> str | None:
+    """The lane_serial rule (BlockFormat.lane_serial; the GPU in the weights encodes blocks by it): why
+    these instructions (a block's, in order, then a BR on branch_reg) break it, or None. A block must not
+    write the register a shuffle or vote reads from the other lanes, nor read a vote's result."""
+    sources = {cross_lane_source(i) for i in instrs} - {None}
+    votes: set[int] = set()
+    for i in instrs:
+        if _writes(i) & sources:
+            return f"{format_instr(i)} writes r{i.rd}, which a shuffle or vote reads from the other lanes"
+        if _reads(i) & votes:
+            return f"{format_instr(i)} reads the result of the vote before it in the block"
+        if i.op in VOTE_OPS:
+            votes |= _writes(i)
+    if branch_reg in votes:
+        return f"the branch reads r{branch_reg}, the result of the block's vote"
+    return None
 
 
 def cross_lane_source(ins: Instr) -> int | None:
