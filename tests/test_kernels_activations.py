@@ -71,3 +71,14 @@ def test_l2norm_agrees_with_the_reference_to_an_ulp():
     one_hot = np.zeros((2, 128), np.float32)
     one_hot[:, 5] = [3.0, -0.5]
     assert np.array_equal(K.l2norm(one_hot), R.l2norm(one_hot))  # one term: no order to differ in
+
+
+@pytest.mark.parametrize("fn", ["exp", "silu", "sigmoid"])
+def test_bad_inputs_are_named_and_views_are_read_correctly(fn):
+    with pytest.raises(K.KernelInputError, match=f"{fn}: x must be a float32 array"):
+        getattr(K, fn)(np.zeros(4, np.float64))
+    x = np.arange(-12, 12, dtype=np.float32).reshape(4, 6)[:, ::2]  # a strided view is copied, not misread
+    with np.errstate(all="ignore"):
+        assert np.array_equal(_bits(getattr(K, fn)(x)), _bits(getattr(R, fn)(np.ascontiguousarray(x))))
+    with pytest.raises(K.KernelInputError, match="l2norm"):
+        K.l2norm(np.zeros((2, 0), np.float32))
