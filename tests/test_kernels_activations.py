@@ -82,3 +82,18 @@ def test_bad_inputs_are_named_and_views_are_read_correctly(fn):
         assert np.array_equal(_bits(getattr(K, fn)(x)), _bits(getattr(R, fn)(np.ascontiguousarray(x))))
     with pytest.raises(K.KernelInputError, match="l2norm"):
         K.l2norm(np.zeros((2, 0), np.float32))
+
+
+def test_round_bf16_in_c_equals_the_numpy_rounding_for_any_shape():
+    from qgpu_min.model.bf16 import round_bf16
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((3, 50, 7)) * 1e3).astype(np.float32)
+    x.reshape(-1)[:7] = [np.nan, -np.nan, np.inf, -np.inf, 3.4028235e38, 1.00390625, -0.0]
+    for a in (x, x[:, ::3], x[0, 0], np.float32(1.00390625)):
+        got, want = K.round_bf16(a), round_bf16(a)
+        assert np.shape(got) == np.shape(want) and np.array_equal(np.asarray(got).view(np.uint32),
+                                                                   np.asarray(want).view(np.uint32))
+    before = x.copy()
+    assert K.round_bf16(x) is not x and np.array_equal(_bits(x), _bits(before))  # the input is left as it was
+    with pytest.raises(K.KernelInputError, match="round_bf16"):
+        K.round_bf16(np.zeros(3, np.float64))

@@ -92,7 +92,7 @@ class Model:
             weights = replace(weights, layers=[{**layer, **{n: round_bf16(layer[n]) for n in F32_VECTORS
                                                             if n in layer}} for layer in weights.layers])
         self.config, self.weights, self.mode, self.tokenizer, self.path = config, weights, mode, tokenizer, path
-        self.r = round_bf16 if mode == "bf16" else _identity
+        self.r = kernels.round_bf16 if mode == "bf16" else _identity  # bf16.round_bf16's bits, in C
         rot = config.rotary_dim
         self._inv_freq = (np.float32(1) / np.power(np.float32(config.rope_theta),
                                                    np.arange(0, rot, 2, dtype=np.float32) / np.float32(rot)))

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from qgpu_min._core import ffi, lib
+from qgpu_min.model.bf16 import round_bf16 as _round_bf16_numpy
 from qgpu_min.model.kernels_ref import (  # noqa: F401  (re-exported: same API as kernels_ref)
     SPARSE_MAX_DENSITY, ChunkedBF16, KernelInputError, SparseBF16, SparseMlp, count_nonzero_bf16, maybe_sparse)
 from qgpu_min.model.kernels_ref import describe_arg
@@ -340,6 +341,18 @@ def _elementwise(fn: str, c_fn, x: np.ndarray) -> np.ndarray:
     x = _activation(fn, "x", x, (None,) * np.ndim(x))
     y = np.empty_like(x)
     c_fn(_floats(x), x.size, _floats(y))
+    return y
+
+
+def round_bf16(x: np.ndarray) -> np.ndarray:
+    """bf16.round_bf16 (nearest, ties to even; NaNs kept quiet), bit for bit, in one C pass: float32 x,
+    any shape -> a new array. The bf16 mode rounds every activation with it."""
+    if type(x) is not np.ndarray or x.ndim == 0:
+        return _round_bf16_numpy(x)
+    if x.dtype != np.float32:
+        raise KernelInputError(f"round_bf16: x must be a float32 array, got {describe_arg(x)}")
+    y = np.array(x, dtype=np.float32, order="C", copy=True)
+    lib.qgpu_round_bf16(_floats(y), y.size)
     return y
 
 
