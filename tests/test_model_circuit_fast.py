@@ -67,9 +67,12 @@ def test_fast_decode_equals_plain_forward_bit_for_bit(gpu, launch_ids, mode, mon
     model.silent_mixers = frozenset()
     model._head_chunks = {kernels.isa_lanes(): None}  # the plain run: the dense LM head,
     model._mlp_steps = {}                              # the separate MLP calls over all 6144 units,
-    model._gdn_steps, model._decode_g = {}, {}         # the separate DeltaNet calls, g computed each token
-    monkeypatch.setattr(kernels, "deltanet_step_sparse",
+    model._gdn_steps = {}                              # the separate DeltaNet calls,
+    monkeypatch.setattr(kernels, "deltanet_step_sparse",  # and the dense delta rule, in decode and prefill
                         lambda S, q, k, v, g, beta, clean: kernels.deltanet_step(S, q, k, v, g, beta))
+    dense_step = kernels.deltanet_step
+    monkeypatch.setattr(kernels, "deltanet_prefill", lambda S, q, k, v, g, beta, clean=None: np.stack(
+        [dense_step(S, *t) for t in zip(q, k, v, g, beta)]))
     plain, plain_state = _run(model, prompt, fed)
     assert np.array_equal(_bits(fast), _bits(plain))
     for i in plain_state.recurrent:
