@@ -1,4 +1,4 @@
-/* The elementwise activations (exp, SiLU, sigmoid) and the l2 norm, as the C core defines them: one exp
+/* The elementwise activations (exp, SiLU, sigmoid, the DeltaNet decay gate) and the l2 norm, as the C core defines them: one exp
  * for every path of the forward pass (prefill, decode, the fused decode steps), so that no two paths can
  * differ in an ulp because one used NumPy's exp and another libm's. qgpu_expf is the library's own, plain
  * C99 in double precision (range reduction by ln 2, a degree-13 Taylor polynomial, an exact power of two),
@@ -63,10 +63,6 @@ static inline float exp_core(float x) {
 
 float qgpu_expf(float x) { return exp_core(x); }
 
-float qgpu_siluf(float x) { return x / (1.0f + exp_core(-x)); }
-
-float qgpu_sigmoidf(float x) { return 1.0f / (1.0f + exp_core(-x)); }
-
 /* The loops come in three builds, chosen at run time like the dense products: plain (SSE2 on x86-64), AVX2
  * and AVX-512; the arithmetic is the same IEEE operations (no contraction), so the same bits. */
 #define ELEMENTWISE_LOOP(attr, fname, expr)                                           \
@@ -106,6 +102,16 @@ void qgpu_silu(const float *x, size_t n, float *y) {
             qgpu_silu_dense(x + i, len, y + i);
         else
             memcpy(y + i, x + i, len * sizeof *y);
+    }
+}
+
+/* The DeltaNet decay gate: g = -exp(A_log) * softplus(a + dt_bias), softplus x itself above 20 (torch). */
+void qgpu_deltanet_gate(const float *a, size_t n, const float *a_log, const float *dt_bias, size_t heads,
+                        float *g) {
+    for (size_t i = 0; i < n; i++) {
+        float x = a[i] + dt_bias[i % heads];
+        float softplus = x > 20.0f ? x : (float)log1p((double)exp_core(x));
+        g[i] = -exp_core(a_log[i % heads]) * softplus;
     }
 }
 

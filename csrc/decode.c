@@ -126,15 +126,6 @@ void qgpu_mlp_step(const float *h, size_t d, const float *w, float eps, int add_
     mlp_out(h_mid, d, bf16, m, s, p, dp, di, dv, act, y, h_out);
 }
 
-void qgpu_deltanet_gate(const float *a, size_t n, const float *a_log, const float *dt_bias, size_t heads,
-                        float *g) {
-    for (size_t i = 0; i < n; i++) {
-        float x = a[i] + dt_bias[i % heads];
-        float softplus = x > 20.0f ? x : (float)log1p((double)qgpu_expf(x)); /* torch: x above 20 */
-        g[i] = -qgpu_expf(a_log[i % heads]) * softplus;
-    }
-}
-
 /* A CSR DeltaNet mixer for one token, h -> h_out = R(h + mixer): gdn_in; the delta rule (c = R(silu(conv)),
  * q, k, v its thirds, beta = R(sigmoid(b)), g = deltanet_gate(a), q = l2norm(q) / q_div, k = l2norm(k), each
  * key head repeated for nv / nk value heads, the sparse-key step on S [nv, dk, dv] with its clean flags);

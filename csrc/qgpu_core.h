@@ -78,7 +78,6 @@ void qgpu_round_bf16(float *x, size_t n);
  * exp(-x)), sigmoid 1 / (1 + exp(-x)). */
 void qgpu_exp(const float *x, size_t n, float *y);
 void qgpu_silu(const float *x, size_t n, float *y);
-void qgpu_silu_dense(const float *x, size_t n, float *y); /* the same without skipping zero blocks */
 void qgpu_sigmoid(const float *x, size_t n, float *y);
 /* rows x d: y = (x * (1 / sqrt(sum(x^2) + eps))) / divisor */
 void qgpu_l2norm(const float *x, size_t rows, size_t d, float eps, float divisor, float *y);
@@ -102,10 +101,8 @@ void qgpu_gdn_step(const float *h, size_t d, const float *w, float eps, int bf16
                   float *scratch, float *h_out);
 /* CDEF END */
 
-/* Scalar forms of the activations, for the other C sources. */
+/* The core's exp of one value (activations.c), for the other C sources. */
 float qgpu_expf(float x);
-float qgpu_siluf(float x);
-float qgpu_sigmoidf(float x);
 
 /* Internal: run fn(ctx, begin, end) over contiguous ranges covering [0, n), on up to qgpu_get_threads()
  * threads; ranges start at multiples of grain; one thread when `work` (about one multiply-add per unit)

@@ -261,10 +261,7 @@ class Model:
             state.zero.discard(i)
             step = self._gdn_steps.get(i) if h.shape[0] == 1 else None
             if step is not None:  # one C call, the sparse-key step inside (see _delta_rule)
-                clean = state.clean.get(i)
-                if clean is None:
-                    clean = state.clean[i] = np.zeros(self.config.linear_num_value_heads, np.int32)
-                return step(h[0], state.conv[i], state.recurrent[i], clean)[None]
+                return step(h[0], state.conv[i], state.recurrent[i], self._clean_flags(state, i))[None]
         u = self._norm(h, w["in_norm"])
         if kind == "linear_attention":
             return self.r(h + self._deltanet(state, i, w, u))
@@ -284,6 +281,14 @@ class Model:
             o = kernels.gated_rmsnorm(o, z, w["gdn_norm"], cfg.rms_norm_eps)
         return self._linear(w["out"], o.reshape(T, nv * dv))
 
+    def _clean_flags(self, state: State, i: int) -> np.ndarray:
+        """Layer i's flags for the sparse-key path (kernels.deltanet_step_sparse); none yet: unknown (0),
+        scanned when it matters."""
+        clean = state.clean.get(i)
+        if clean is None:
+            clean = state.clean[i] = np.zeros(self.config.linear_num_value_heads, np.int32)
+        return clean
+
     def _delta_rule(self, state: State, i: int, w: dict, conv: np.ndarray, b: np.ndarray,
                     a: np.ndarray) -> np.ndarray:
         """The conv's SiLU, the gates, l2norm and the delta rule over T tokens, from the rounded conv output
@@ -302,9 +307,7 @@ class Model:
         if nv > nk:  # each key head serves nv/nk consecutive value heads (HF repeat_interleave)
             q, k = np.repeat(q, nv // nk, axis=1), np.repeat(k, nv // nk, axis=1)
         q, k = np.ascontiguousarray(q, np.float32), np.ascontiguousarray(k, np.float32)
-        clean = state.clean.get(i)  # the sparse-key path's flags (kernels.deltanet_step_sparse)
-        if clean is None:
-            clean = state.clean[i] = np.zeros(nv, np.int32)  # unknown: scanned when it matters
+        clean = self._clean_flags(state, i)
         if T == 1:  # decode: only the state rows of nonzero keys/queries, where that is exact
             return kernels.deltanet_step_sparse(state.recurrent[i], q[0], k[0], v[0], g[0], beta[0], clean)[None]
         return kernels.deltanet_prefill(state.recurrent[i], q, k, v, g, beta, clean)  # (T, nv, dv), in order
