@@ -122,6 +122,45 @@ def test_a_changed_memory_row_in_the_state_changes_the_result(kernels, monkeypat
     assert r.arrays["c"].tolist()[0] == 40 + 8 - 7
 
 
+
+def test_memory_rows_decode_the_state_and_refuse_a_broken_code(kernels, monkeypatch):
+    """memory_rows (vectorized) against a row-by-row decode of the state a real launch leaves, and an error
+    naming the row and field once one channel of a row is off its code."""
+    from qgpu_min.circuit.compile import banks, memory_heads
+    from qgpu_min.circuit.ir import CircuitError
+    from qgpu_min.circuit.run import memory_rows, row_words
+    from qgpu_min.gpu import backend, model
+
+    real, seen = model.run_launch, {}
+
+    def keep_state(cg, prompt, mode="fp32", max_generated=100000, on_token=None):
+        def hook(i, t, state):
+            seen.update(cg=cg, state=state)
+            if on_token is not None:
+                on_token(i, t, state)
+        return real(cg, prompt, mode, max_generated, hook)
+    monkeypatch.setattr(backend, "run_model", keep_state)
+    args, block = ARGS["vadd"]
+    launch(kernels["vadd"], args, block=block, backend="circuit")
+    cg, S = seen["cg"], seen["state"].recurrent
+    op = cg.data_op
+    layer, head = memory_heads(cg.plan)[id(op)]
+    bank_rows = banks(op)[0].stop
+    got = memory_rows(cg.plan, op, S)
+    sizes = [(size, len(op.field_sources(i))) for i, size in enumerate(op.mem.fields)]
+    for row in (0, 1, 2, 5, op.mem.rows - 1):
+        v = S[layer][head + row // bank_rows, row % bank_rows].astype(np.float64)
+        ch, want = 0, []
+        for size, n in sizes:
+            want.append(int(np.argmax(sum(v[ch + j * size:ch + (j + 1) * size] for j in range(n)))))
+            ch += size * n
+        assert got[row].tolist() == want
+    assert row_words(got)[:4] == [1, 2, 3, 40]
+    S[layer][head, 2, int(np.argmax(S[layer][head, 2]))] *= 0.5        # row 2's first active channel
+    with pytest.raises(CircuitError, match="row 2 field"):
+        memory_rows(cg.plan, op, S)
+
+
 def test_limits_and_unsupported_are_refused_before_launching(kernels, tmp_path):
     args, _ = ARGS["vadd"]
     with pytest.raises(CapacityError, match="a CTA of 1..32 threads .* the block is 33x1 = 33 threads"):

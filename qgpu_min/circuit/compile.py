@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import weakref
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -194,6 +195,11 @@ class Plan:
     def live_groups(self, t: int) -> list[int]:
         """ids of the root groups on the residual stream at norm point t."""
         return [gid for gid, b in self.birth.items() if _on_residual(b, self.clear_at.get(gid), t)]
+
+    @cached_property
+    def memory_heads(self) -> dict[int, tuple[int, int]]:
+        """memory_heads(self), computed once (a plan is not changed after planning)."""
+        return _memory_heads(self)
 
     def used_dims(self) -> set[int]:
         out = set(self.const_dims) | set(self.ballast_dims)
@@ -584,6 +590,10 @@ def _const_head(p: Plan, h: int, delta: tuple[int, ...], qkv: Coo, z: Coo, b: Co
 def memory_heads(p: Plan) -> dict[int, tuple[int, int]]:
     """id(memory op) -> (layer, first head): heads go to a layer's memory ops in plan order, each op taking
     ports x banks heads (mem_heads), port-major; the constant head, if any, comes after them."""
+    return p.memory_heads
+
+
+def _memory_heads(p: Plan) -> dict[int, tuple[int, int]]:
     out, next_head = {}, {}
     for op in p.ops:
         if isinstance(op, MemOp):

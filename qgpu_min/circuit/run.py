@@ -79,6 +79,26 @@ def read_groups(p: Plan, hidden: np.ndarray, groups: list[Group], tol: float = 1
     return out
 
 
+def _field_channels(op: MemOp) -> list[tuple[list[int], np.ndarray]]:
+    """The memory's fields grouped by shape: (field indices, channels [fields, sources, size]) per group of
+    fields with the same size and source count; a field's sources are its consecutive channel blocks."""
+    groups: dict[tuple[int, int], tuple[list[int], list[np.ndarray]]] = {}
+    ch = 0
+    for i, size in enumerate(op.mem.fields):
+        n = len(op.field_sources(i))
+        idx, chans = groups.setdefault((size, n), ([], []))
+        idx.append(i)
+        chans.append(ch + np.arange(n * size).reshape(n, size))
+        ch += n * size
+    return [(idx, np.stack(chans)) for idx, chans in groups.values()]
+
+
+def _row_places(op: MemOp) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of the memory: its bank (head offset from the op's first head) and its row within the bank."""
+    bank = np.concatenate([np.full(len(b), i) for i, b in enumerate(banks(op))]).astype(np.int64)
+    return bank, np.concatenate([np.arange(len(b)) for b in banks(op)]).astype(np.int64)
+
+
 def memory_rows(p: Plan, op: MemOp, recurrent: dict, rows: range | None = None, tol: float = 1e-3) -> np.ndarray:
     """The element of every field of the memory's rows [rows, fields], read straight from the compiled
     model's DeltaNet state (recurrent[layer]: (heads, key channels, value channels)), port 0's heads.
@@ -87,30 +107,34 @@ def memory_rows(p: Plan, op: MemOp, recurrent: dict, rows: range | None = None, 
     scale) and zeros elsewhere; a field with several sources sums its channel blocks. Raises unless every
     row is exactly such a code (within tol, relative): a state that is not is not a result."""
     layer, head = memory_heads(p)[id(op)]
-    S = recurrent[layer]
-    want = np.asarray(list(range(op.mem.rows) if rows is None else rows), np.int64)
+    want = np.arange(op.mem.rows) if rows is None else np.asarray(list(rows), np.int64)
+    bank, at = _row_places(op)
+    v = recurrent[layer][head + bank[want], at[want]].astype(np.float64)          # [rows, value channels]
+    scale = v.max(axis=1)
+    safe = np.where(scale > 0, scale, 1.0)[:, None]
     out = np.zeros((len(want), len(op.mem.fields)), np.int64)
-    blocks, ch = [], 0                 # per field: the first channel of each of its sources' blocks
-    for i, size in enumerate(op.mem.fields):
-        blocks.append(list(range(ch, ch + size * len(op.field_sources(i)), size)))
-        ch += size * len(op.field_sources(i))
-    for bank_i, bank in enumerate(banks(op)):
-        here = np.nonzero((want >= bank.start) & (want < bank.stop))[0]
-        if not len(here):
-            continue
-        v = S[head + bank_i, want[here] - bank.start].astype(np.float64)      # [rows, value channels]
-        scale = v.max(axis=1)
-        for i, size in enumerate(op.mem.fields):
-            f = sum(v[:, c0:c0 + size] for c0 in blocks[i])
-            e = f.argmax(axis=1)
-            top = f[np.arange(len(e)), e]
-            rest = f.copy()
-            rest[np.arange(len(e)), e] = 0
-            safe = np.where(scale > 0, scale, 1.0)
-            bad = (scale <= 0) | (np.abs(top / safe - 1) > tol) | (np.abs(rest).max(axis=1) > tol * scale)
-            if bad.any():
-                k = int(np.argmax(bad))
-                raise CircuitError(f"memory {op.mem.name} row {int(want[here[k]])} field {i} is not an exact code in "
-                                   f"the state: {(f[k] / scale[k] if scale[k] > 0 else f[k]).tolist()}")
-            out[here, i] = e
+    bad = np.zeros(out.shape, bool)
+    sums = {}
+    for idx, chans in _field_channels(op):
+        f = v[:, chans].sum(axis=2)                                                 # [rows, fields, size]
+        e = f.argmax(axis=2)
+        top = np.take_along_axis(f, e[..., None], axis=2)[..., 0]
+        rest = np.abs(f)
+        np.put_along_axis(rest, e[..., None], 0, axis=2)
+        rest = rest.max(axis=2)
+        bad[:, idx] = (scale[:, None] <= 0) | (np.abs(top / safe - 1) > tol) | (rest > tol * safe)
+        out[:, idx] = e
+        sums.update({i: f[:, j] for j, i in enumerate(idx)})
+    if bad.any():
+        k = int(np.argmax(bad.any(axis=1)))                                         # the first bad row, its first field
+        i = int(np.argmax(bad[k]))
+        f = sums[i][k]
+        raise CircuitError(f"memory {op.mem.name} row {int(want[k])} field {i} is not an exact code in the state: "
+                           f"{(f / scale[k] if scale[k] > 0 else f).tolist()}")
     return out
+
+
+def row_words(rows: np.ndarray) -> list[int]:
+    """Memory rows of one-bit fields [rows, bits], LSB first (memory_rows of a word memory), as unsigned words."""
+    rows = np.asarray(rows, np.int64)
+    return [int(w) for w in (rows << np.arange(rows.shape[1], dtype=np.int64)).sum(axis=1)]

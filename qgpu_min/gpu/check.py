@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from ..circuit.ir import MemOp
-from ..circuit.run import memory_rows
+from ..circuit.run import memory_rows, row_words
 from ..errors import QgpuError
 from ..machine import interp
 from ..machine.interp import MemoryFault, StepRecord
@@ -241,11 +241,6 @@ def _found_value(token: Token, want: Token, info: StepInfo) -> str:
     return f"no write-back ({token_name(token)})"
 
 
-def _row_word(row) -> int:
-    """A memory row's 32 one-bit fields, LSB first, as an unsigned word."""
-    return int(sum(int(b) << i for i, b in enumerate(row)))
-
-
 class Checker:
     """Called as checker(i, token, state) for every generated token i (state: after tokens 0..i-1).
 
@@ -305,18 +300,17 @@ class Checker:
     def _check_registers(self, i: int, state, info: StepInfo) -> None:
         if not info.live:
             return
-        rows = memory_rows(self.cg.plan, self.regs_op, state.recurrent, rows=self._reg_rows(info))
+        words = row_words(memory_rows(self.cg.plan, self.regs_op, state.recurrent, rows=self._reg_rows(info)))
         want = info.record.regs[info.lane]
         for r in info.live:
-            found = _row_word(rows[r])
+            found = words[r]
             if found != want[r]:
                 raise CheckError(f"generated token {i}: after the lane step of {info.where()}: register r{r} "
                                  f"expected {want[r]:#010x}, found {found:#010x} in the model's state", i)
 
     def _check_memory(self, i: int, state, rec: StepRecord) -> None:
-        rows = memory_rows(self.cg.plan, self.data_op, state.recurrent)
-        for a, row in enumerate(rows):
-            found = _row_word(row)
+        words = row_words(memory_rows(self.cg.plan, self.data_op, state.recurrent))
+        for a, found in enumerate(words):
             if found != rec.memory[a]:
                 raise CheckError(f"generated token {i}: after step {rec.step} (CTA {rec.cta}, warp {rec.warp}, "
                                  f"block B{rec.block}): memory word {a} (address {4 * a:#x}) expected "

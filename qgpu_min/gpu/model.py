@@ -14,7 +14,7 @@ import numpy as np
 from ..circuit.compile import BaseShape, Plan, check_exact_weights, emit, plan
 from ..circuit.ir import MemOp
 from ..circuit.margin import static_check
-from ..circuit.run import circuit_model, embedding_rows, memory_rows
+from ..circuit.run import circuit_model, embedding_rows, memory_rows, row_words
 from ..model.forward import Model
 from .core import GpuCircuit, build
 from .layout import GpuSpec
@@ -99,6 +99,4 @@ def run_launch(cg: CompiledGpu, prompt: list[Token], mode: str = "fp32", max_gen
             raise TooManyTokens(f"the launch did not halt within {max_generated} generated tokens", last[1], last[2],
                                 last[3], current_cta(generated))
         logits = model.decode(state, vocab.id(t))
-    rows = memory_rows(cg.plan, cg.data_op, state.recurrent)
-    words = [int(sum(int(b) << i for i, b in enumerate(r))) for r in rows]
-    return ModelRun(prompt, generated, words)
+    return ModelRun(prompt, generated, row_words(memory_rows(cg.plan, cg.data_op, state.recurrent)))

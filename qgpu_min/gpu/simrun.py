@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..circuit.run import row_words
 from ..circuit.sim import group_value, simulate
 from .vocab import Token, Vocab
 
@@ -41,4 +42,4 @@ def run(vocab: Vocab, prompt: list[Token], max_generated: int = 2000) -> tuple[l
 def memory_words(vocab: Vocab, state: dict) -> list[int]:
     """The data memory's words, decoded from the simulated memory rows (bits of each row)."""
     rows = state[id(vocab.gc.data_memory)][0]
-    return [int(sum(int(b) << i for i, b in enumerate(r))) for r in rows]
+    return row_words(np.asarray(rows))
