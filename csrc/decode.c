@@ -55,25 +55,6 @@ static void mlp_out(const float *h_mid, size_t d, int bf16, size_t m, const floa
 /* A DeltaNet mixer's decode step around the delta rule, with CSR projections. First half: u = R(rmsnorm(h,
  * 1 + w)); mixed = R(QKV u), z = R(Z u), b = R(B u), a = R(A u); conv = R(conv_update(state, mixed)) (the
  * conv state shifted in place): the forward pass's calls in its order. */
-/* qgpu_conv_update's arithmetic (taps summed in order, oldest first), with the state shifted by a loop
- * instead of one memmove call per channel: a decode step's conv is 6,144 channels of 3 floats. */
-static void conv_step(float *state, size_t c, size_t k, const float *x, const float *w, float *y) {
-    if (k < 2) {
-        qgpu_conv_update(state, c, k, x, w, y);
-        return;
-    }
-    for (size_t ch = 0; ch < c; ch++) {
-        float *s = state + ch * (k - 1);
-        const float *wc = w + ch * k;
-        float acc = wc[0] * s[0];
-        for (size_t j = 1; j + 1 < k; j++) acc = acc + wc[j] * s[j];
-        acc = acc + wc[k - 1] * x[ch];
-        y[ch] = acc;
-        for (size_t j = 0; j + 2 < k; j++) s[j] = s[j + 1];
-        s[k - 2] = x[ch];
-    }
-}
-
 static void gdn_in(const float *h, size_t d, const float *w, float eps, int bf16, size_t c, size_t nz, size_t nh,
                  const int64_t *qp, const int32_t *qi, const uint16_t *qv, const int64_t *zp, const int32_t *zi,
                  const uint16_t *zv, const int64_t *bp, const int32_t *bi, const uint16_t *bv, const int64_t *ap,
@@ -91,7 +72,7 @@ static void gdn_in(const float *h, size_t d, const float *w, float eps, int bf16
         round_all(b, nh);
         round_all(a, nh);
     }
-    conv_step(conv_state, c, k, mixed, conv_w, conv);
+    qgpu_conv_update(conv_state, c, k, mixed, conv_w, conv);
     if (bf16) round_all(conv, c);
 }
 

@@ -6,7 +6,29 @@
 
 #include "qgpu_core.h"
 
+/* Qwen3.5's conv kernel (4 taps): the general loop's arithmetic per channel, written so the compiler can
+ * vectorize across channels (no memmove call per channel, no aliasing). */
+static void conv_update4(float *restrict state, size_t c, const float *restrict x, const float *restrict w,
+                         float *restrict y) {
+    for (size_t ch = 0; ch < c; ch++) {
+        float *s = state + ch * 3;
+        const float *wc = w + ch * 4;
+        float s0 = s[0], s1 = s[1], s2 = s[2], xc = x[ch];
+        float acc = wc[0] * s0;
+        acc = acc + wc[1] * s1;
+        acc = acc + wc[2] * s2;
+        y[ch] = acc + wc[3] * xc;
+        s[0] = s1;
+        s[1] = s2;
+        s[2] = xc;
+    }
+}
+
 void qgpu_conv_update(float *state, size_t c, size_t k, const float *x, const float *w, float *y) {
+    if (k == 4) {
+        conv_update4(state, c, x, w, y);
+        return;
+    }
     for (size_t ch = 0; ch < c; ch++) {
         float *s = state + ch * (k - 1);
         const float *wc = w + ch * k;
@@ -15,10 +37,8 @@ void qgpu_conv_update(float *state, size_t c, size_t k, const float *x, const fl
         for (size_t j = 1; j + 1 < k; j++) acc = acc + wc[j] * s[j];
         if (k > 1) acc = acc + wc[k - 1] * x[ch];
         y[ch] = acc;
-        if (k > 1) {
-            memmove(s, s + 1, (k - 2) * sizeof *s);
-            s[k - 2] = x[ch];
-        }
+        for (size_t j = 0; j + 2 < k; j++) s[j] = s[j + 1];
+        if (k > 1) s[k - 2] = x[ch];
     }
 }
 

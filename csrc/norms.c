@@ -1,13 +1,19 @@
 /* RMSNorm (plain or zero-centred 1 + w) and the DeltaNet output's gated RMSNorm, over rows of d floats.
- * The sum of squares is accumulated in double, so it does not depend on summation order; the rest is fp32
- * in the reference's order: (x * inv_rms) * weight [* silu(z)]. */
+ * The sum of squares is accumulated in double (each square is exact there), so its order barely matters;
+ * it is a fixed one on every platform: eight running sums over i mod 8 (independent chains, which the
+ * compiler vectorizes, instead of one chain waiting on each add), the tail in sum 0, then a fixed tree.
+ * The rest is fp32 in the reference's order: (x * inv_rms) * weight [* silu(z)]. */
 #include <math.h>
 
 #include "qgpu_core.h"
 
 static float inv_rms(const float *x, size_t d, float eps) {
-    double sum = 0.0;
-    for (size_t i = 0; i < d; i++) sum += (double)x[i] * (double)x[i];
+    double acc[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= d; i += 8)
+        for (size_t j = 0; j < 8; j++) acc[j] += (double)x[i + j] * (double)x[i + j];
+    for (; i < d; i++) acc[0] += (double)x[i] * (double)x[i];
+    double sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
     float variance = (float)(sum / (double)d);
     return 1.0f / sqrtf(variance + eps);
 }

@@ -53,6 +53,20 @@ def test_conv_update_equals_reference_bit_for_bit(c, k):
         assert np.array_equal(state, state_ref)
 
 
+@pytest.mark.parametrize("k", [4, 3])
+def test_conv_update_signed_zeros_as_the_reference(k):
+    # zero weights against negative state: -0 products, whose sums' signs the fast 4-tap loop must keep
+    rng = np.random.default_rng(k)
+    state = np.where(rng.random((64, k - 1)) < 0.5, -1.0, 1.0).astype(np.float32) * rng.choice([0.0, 2.0], (64, k - 1))
+    state = np.where(state == 0, rng.choice([0.0, -0.0], state.shape), state).astype(np.float32)
+    w = rng.choice([0.0, -0.0, 1.0], (64, k)).astype(np.float32)
+    x = rng.choice([0.0, -0.0, -3.0], 64).astype(np.float32)
+    ref_state = state.copy()
+    got, want = K.conv_update(state, x, w), R.conv_update(ref_state, x, w)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert np.array_equal(state.view(np.uint32), ref_state.view(np.uint32))
+
+
 def test_conv_state_shifts_oldest_first():
     state = np.array([[1.0, 2.0, 3.0]], np.float32)
     y = K.conv_update(state, np.array([4.0], np.float32), np.array([[1000.0, 100.0, 10.0, 1.0]], np.float32))
