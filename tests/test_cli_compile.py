@@ -55,7 +55,8 @@ def test_ptx_file_round_trip(tmp_path: Path) -> None:
     """The PTX that `compile --ptx` prints runs as a .ptx source."""
     ptx = tmp_path / "dot.ptx"
     ptx.write_text(qgpu("compile", DOT, "--ptx").stdout)
-    r = qgpu("run", str(ptx), "--arg", "[1,2,3]", "--arg", "[4,5,6]", "--arg", "zeros(1)", "--arg", "3")
+    r = qgpu("run", str(ptx), "--arg", "[1,2,3]", "--arg", "[4,5,6]", "--arg", "zeros(1)", "--arg", "3", "--backend",
+             "interp")
     assert r.exit_code == 0, r.output
     assert r.stdout.splitlines()[-1].endswith("= [32]")
 

@@ -19,6 +19,12 @@ def qgpu(*argv: str):
     return CliRunner().invoke(main, list(argv))
 
 
+def interp(*argv: str):
+    """`qgpu-min run ... --backend interp`: the options and errors under test are the front end's, the same on
+    every backend; the interpreter answers in milliseconds."""
+    return qgpu(*argv, "--backend", "interp")
+
+
 def write(tmp_path: Path, name: str, text: str) -> str:
     p = tmp_path / name
     p.write_text(text)
@@ -32,8 +38,9 @@ def assert_error(result, code: int, *fragments: str) -> None:
         assert f in result.stderr, (f, result.stderr)
 
 
-def test_dot_example_prints_arrays() -> None:
-    r = qgpu("run", DOT, *DOT_ARGS, "--backend", "interp")
+@pytest.mark.parametrize("backend", [[], ["--backend", "interp"]])
+def test_dot_example_prints_arrays(backend: list[str]) -> None:
+    r = qgpu("run", DOT, *DOT_ARGS, *backend)
     assert r.exit_code == 0, r.output
     assert r.stdout.splitlines() == ["a = [1, 2, 3]", "b = [4, 5, 6]", "out = [32]"]
 
@@ -46,14 +53,14 @@ def test_dot_example_json() -> None:
     assert obj["kernel"] == "dot"
     assert obj["grid"] == [1, 1]
     assert obj["block"] == [3, 1]  # default: one thread per element of the longest array
-    assert obj["backend"] == "interp"
-    assert set(obj["tokens"]) == {"prompt", "generated"}
+    assert obj["backend"] == "circuit" and obj["mode"] == "fp32"  # the default: the GPU in the weights
+    assert set(obj["tokens"]) == {"prompt", "generated"} and 0 < obj["tokens"]["generated"] <= 47
     assert isinstance(obj["compiler"], str) and obj["compiler"]
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 def test_dot_example_nvcc() -> None:
-    r = qgpu("run", DOT, *DOT_ARGS, "--compiler", "nvcc", "--json", "--grid", "2", "--block", "1")
+    r = interp("run", DOT, *DOT_ARGS, "--compiler", "nvcc", "--json", "--grid", "2", "--block", "1")
     assert r.exit_code == 0, r.output
     obj = json.loads(r.stdout)
     assert obj["arrays"]["out"] == [32] and obj["compiler"].startswith("nvcc")
@@ -61,7 +68,7 @@ def test_dot_example_nvcc() -> None:
 
 
 def test_matmul_example_2d_block() -> None:
-    r = qgpu("run", str(ROOT / "examples" / "matmul.cu"), "--arg", "[1,2,3,4,5,6]", "--arg", "[7,8,9,10,11,12]",
+    r = interp("run", str(ROOT / "examples" / "matmul.cu"), "--arg", "[1,2,3,4,5,6]", "--arg", "[7,8,9,10,11,12]",
              "--arg", "zeros(4)", "--arg", "2", "--arg", "3", "--arg", "2", "--block", "2,2")
     assert r.exit_code == 0, r.output
     assert "C = [58, 64, 139, 154]" in r.stdout.splitlines()
@@ -69,7 +76,7 @@ def test_matmul_example_2d_block() -> None:
 
 def test_2d_grid_json() -> None:
     """index_2d writes x*100 + y - gridDim.x*blockDim.y at (x, y) of a w x h matrix."""
-    r = qgpu("run", str(ROOT / "tests" / "kernels" / "index_2d.cu"), "--arg", "zeros(12)", "--arg", "4",
+    r = interp("run", str(ROOT / "tests" / "kernels" / "index_2d.cu"), "--arg", "zeros(12)", "--arg", "4",
              "--arg", "3", "--grid", "2,2", "--block", "2,2", "--json")
     assert r.exit_code == 0, r.output
     obj = json.loads(r.stdout)
@@ -86,7 +93,7 @@ def test_other_examples(example: str, args: list[str], line: str) -> None:
     argv = []
     for a in args:
         argv += [a] if a.startswith("--") or argv[-1:] in (["--block"], ["--grid"]) else ["--arg", a]
-    r = qgpu("run", str(ROOT / "examples" / example), *argv)
+    r = interp("run", str(ROOT / "examples" / example), *argv)
     assert r.exit_code == 0, r.output
     assert line in r.stdout.splitlines()
 
@@ -98,60 +105,62 @@ def test_signedness_and_negative_scalars(tmp_path: Path) -> None:
             u[i] = a[i] + bias;
             s[i] = a[i] + bias;
         }""")
-    r = qgpu("run", src, "--arg", "[0, 0xFFFFFFFF]", "--arg", "zeros(2)", "--arg", "zeros(2)", "--arg", "-5")
+    r = interp("run", src, "--arg", "[0, 0xFFFFFFFF]", "--arg", "zeros(2)", "--arg", "zeros(2)", "--arg", "-5")
     assert r.exit_code == 0, r.output
     assert r.stdout.splitlines() == ["a = [0, -1]", "u = [4294967291, 4294967290]", "s = [-5, -6]"]
 
 
 def test_kernel_choice(tmp_path: Path) -> None:
     ops = str(ROOT / "tests" / "kernels" / "vec_ops.cu")
-    r = qgpu("run", ops, "--kernel", "vec_mul", "--arg", "[2,3]", "--arg", "[5,-7]", "--arg", "zeros(2)", "--arg", "2")
+    r = interp("run", ops, "--kernel", "vec_mul", "--arg", "[2,3]", "--arg", "[5,-7]", "--arg", "zeros(2)", "--arg", "2")
     assert r.exit_code == 0, r.output
     assert "c = [10, -21]" in r.stdout.splitlines()
 
 
 def test_unknown_kernel() -> None:
-    r = qgpu("run", str(ROOT / "tests" / "kernels" / "vec_ops.cu"), "--kernel", "nope", "--arg", "1")
+    r = interp("run", str(ROOT / "tests" / "kernels" / "vec_ops.cu"), "--kernel", "nope", "--arg", "1")
     assert_error(r, 1, "error:", "nope")
 
 
 def test_several_kernels_need_a_choice() -> None:
-    r = qgpu("run", str(ROOT / "tests" / "kernels" / "vec_ops.cu"), "--arg", "1")
+    r = interp("run", str(ROOT / "tests" / "kernels" / "vec_ops.cu"), "--arg", "1")
     assert_error(r, 1, "error:", "vec_mul")
 
 
 def test_invalid_cuda_shows_compiler_message(tmp_path: Path) -> None:
     src = write(tmp_path, "bad.cu", "__global__ void k(int* a) { a[0] = undeclared_thing; }\n")
-    r = qgpu("run", src, "--arg", "[1]")
+    r = interp("run", src, "--arg", "[1]")
     assert_error(r, 1, "error:", "undeclared_thing")
 
 
 def test_float_kernel_is_unsupported(tmp_path: Path) -> None:
     src = write(tmp_path, "f.cu", "__global__ void k(float* a) { a[threadIdx.x] = a[threadIdx.x] * 1.5f; }\n")
-    r = qgpu("run", src, "--arg", "[1]")
+    r = interp("run", src, "--arg", "[1]")
     assert_error(r, 1, "error:")
 
 
 def test_step_limit(tmp_path: Path) -> None:
     src = write(tmp_path, "spin.cu", """
         __global__ void spin(volatile int* flag) { while (flag[0] == 0) { } }""")
-    r = qgpu("run", src, "--arg", "[0]", "--step-limit", "50")
+    r = interp("run", src, "--arg", "[0]", "--step-limit", "50")
     assert_error(r, 1, "error:", "step limit")
 
 
 def test_out_of_range_store(tmp_path: Path) -> None:
     src = write(tmp_path, "oob.cu", "__global__ void k(int* a, int i) { a[i] = 1; }\n")
-    r = qgpu("run", src, "--arg", "[0]", "--arg", "100000")
+    r = interp("run", src, "--arg", "[0]", "--arg", "100000")
     assert_error(r, 1, "error:", "lane")
 
 
-def test_block_over_capacity() -> None:
-    r = qgpu("run", DOT, *DOT_ARGS, "--block", "33")
-    assert_error(r, 1, "error:", "33")
+@pytest.mark.parametrize("backend", [[], ["--backend", "interp"]])
+def test_block_over_capacity(backend: list[str]) -> None:
+    r = qgpu("run", DOT, *DOT_ARGS, "--block", "33", *backend)
+    assert_error(r, 1, "error:", "33", "32")
 
 
-def test_memory_over_capacity() -> None:
-    r = qgpu("run", DOT, "--arg", "zeros(600)", "--arg", "zeros(600)", "--arg", "zeros(1)", "--arg", "3")
+@pytest.mark.parametrize("backend", [[], ["--backend", "interp"]])
+def test_memory_over_capacity(backend: list[str]) -> None:
+    r = qgpu("run", DOT, "--arg", "zeros(600)", "--arg", "zeros(600)", "--arg", "zeros(1)", "--arg", "3", *backend)
     assert_error(r, 1, "error:", "1024", "over by")
 
 
@@ -161,7 +170,7 @@ def test_backend_not_built() -> None:
 
 
 def test_gpu_options_are_refused_on_the_interpreter() -> None:
-    r = qgpu("run", DOT, *DOT_ARGS, "--check")
+    r = qgpu("run", DOT, *DOT_ARGS, "--check", "--backend", "interp")
     assert r.exit_code == 2 and "--check" in r.output
 
 
@@ -189,7 +198,7 @@ def test_missing_file() -> None:
 
 def test_template_kernel_is_named_with_its_arguments() -> None:
     templ = str(ROOT / "tests" / "user_kernels" / "templ.cu")
-    result = qgpu("run", templ, "--kernel", "scale<-7>", "--arg", "[1,2]", "--arg", "2", "--json")
+    result = interp("run", templ, "--kernel", "scale<-7>", "--arg", "[1,2]", "--arg", "2", "--json")
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert out["kernel"] == "scale<-7>"

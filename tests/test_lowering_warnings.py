@@ -152,14 +152,15 @@ def test_warp_sum32_warns_and_still_runs(compiler):
 @needs("zig")
 def test_cli_run_prints_warnings_on_stderr_and_in_json():
     r = CliRunner().invoke(main, ["run", str(USER / "reduce_unrolled.cu"), "--arg", str(list(range(1, 33))),
-                                  "--arg", "zeros(1)", "--compiler", "zig", "--json"])
+                                  "--arg", "zeros(1)", "--compiler", "zig", "--json", "--backend", "interp"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out["arrays"]["out"] == [152]
     assert len(out["warnings"]) == 1 and "volatile shared memory" in out["warnings"][0]
     assert r.stderr == f"warning: {out['warnings'][0]}\n"
     plain = CliRunner().invoke(main, ["run", str(USER / "warp_sum32.cu"), "--kernel", "warp_sum", "--arg",
-                                      "[1,2,3,4]", "--arg", "zeros(1)", "--compiler", "zig", "--json"])
+                                      "[1,2,3,4]", "--arg", "zeros(1)", "--compiler", "zig", "--json",
+                                      "--backend", "interp"])
     assert plain.exit_code == 0 and plain.stderr == "" and json.loads(plain.stdout)["warnings"] == []
 
 

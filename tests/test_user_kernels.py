@@ -503,7 +503,7 @@ def test_user_kernel_cli(case: UCase, compiler: str) -> None:
     skip_if_missing(compiler)
     shape = case.shapes[0]
     args = _args(case, shape)
-    cmd = ["run", str(DIR / case.file), "--compiler", compiler, "--json",
+    cmd = ["run", str(DIR / case.file), "--compiler", compiler, "--json", "--backend", "interp",
            "--grid", "{},{}".format(*shape[0]), "--block", "{},{}".format(*shape[1])]
     cmd += ["--kernel", case.kernel] if case.kernel else []
     cmd += ["--step-limit", str(case.step_limit)] if case.step_limit else []
@@ -593,7 +593,7 @@ def test_step_limit_names_cuda_line_from_loc() -> None:
 def test_user_error_cli_exit_status() -> None:
     """The CLI prints `error: <message>` and exits 1 for a kernel the machine cannot run (floating point)."""
     res = CliRunner().invoke(main, ["run", str(DIR / "bad_inputs.cu"), "--kernel", "uses_float", "--compiler", "zig",
-                                    "--arg", "[1,2]", "--arg", "zeros(2)", "--arg", "2"])
+                                    "--arg", "[1,2]", "--arg", "zeros(2)", "--arg", "2", "--backend", "interp"])
     assert res.exit_code == 1 and "error: unsupported instruction `cvt.rn.f32.s32" in res.output, res.output
 
 
@@ -604,7 +604,7 @@ def test_user_cli_subprocess_env_compiler() -> None:
         pytest.skip("qgpu-min is not on PATH or nvcc is missing")
     env = dict(os.environ, QGPU_CUDA_COMPILER="nvcc")
     res = subprocess.run([exe, "run", str(DIR / "digits.cu"), "--arg", "[1230,-45,7]", "--arg", "zeros(3)",
-                          "--arg", "zeros(3)", "--arg", "3", "--json"], capture_output=True, text=True, env=env,
+                          "--arg", "zeros(3)", "--arg", "3", "--json", "--backend", "interp"], capture_output=True, text=True, env=env,
                          timeout=120)
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)

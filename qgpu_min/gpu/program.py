@@ -87,11 +87,10 @@ def launch_shape(grid: tuple[int, int], block: tuple[int, int] | int, spec: GpuS
     threads, ctas = block[0] * block[1], grid[0] * grid[1]
     if min(block) < 1 or threads > spec.threads:
         raise CapacityError(f"the GPU in the weights runs a CTA of 1..{spec.threads} threads ({spec.warps} warps of "
-                            f"{spec.lanes}); the block is {block[0]}x{block[1]} = {threads} threads "
-                            f"(use --backend interp for larger blocks)")
+                            f"{spec.lanes}); the block is {block[0]}x{block[1]} = {threads} threads")
     if min(grid) < 1 or ctas > spec.ctas:
         raise CapacityError(f"the GPU in the weights runs a grid of 1..{spec.ctas} CTAs; the grid is "
-                            f"{grid[0]}x{grid[1]} = {ctas} CTAs (use --backend interp for larger grids)")
+                            f"{grid[0]}x{grid[1]} = {ctas} CTAs")
     return grid, block
 
 
@@ -125,5 +124,6 @@ def check_supported(program: Program, spec: GpuSpec) -> None:
     for b, blk in enumerate(program.blocks):
         for ins in blk.pre + blk.post:
             if ins.op not in ALL_ALU_OPCODES and ins.op != "NOP":
-                raise GpuLaunchError(f"block B{b}: {ins.op} is not executed by the GPU in the weights yet")
+                raise GpuLaunchError(f"block B{b}: {ins.op} is not executed by the GPU in the weights yet "
+                                     f"(--backend interp runs it)")
     rom_image(program, spec)

@@ -19,9 +19,9 @@ from ..machine.isa import DEFAULT_STEP_LIMIT, MAX_THREADS_PER_CTA
 from .args import bind_args, default_block, parse_dim, parse_value
 
 BACKENDS = ("interp", "model", "circuit")
-# The circuit backend (DESIGN §1's default) runs a subset of kernels so far (docs/gpu.md); until it runs
-# them all, runs use the interpreter unless asked.
-DEFAULT_BACKEND = "interp"
+# DESIGN §1: a run answers from the GPU in the weights; the interpreter (the oracle --check replays) stays
+# one option away.
+DEFAULT_BACKEND = "circuit"
 
 SOURCE = click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 KERNEL = click.option("--kernel", metavar="NAME",
@@ -81,8 +81,9 @@ def _ints(values) -> list[int]:
               help=f"Threads per CTA (at most {MAX_THREADS_PER_CTA}). Default: one thread per element of the "
                    f"largest array argument, at most {MAX_THREADS_PER_CTA}.")
 @click.option("--backend", type=click.Choice(BACKENDS), default=DEFAULT_BACKEND, show_default=True,
-              help="interp: the reference interpreter. circuit: the GPU compiled into Qwen3.5 layers (no base "
-                   "model; compiled on first use). model: the merged checkpoint (not built yet).")
+              help="circuit: the GPU compiled into Qwen3.5 layers (no base model; compiled on first use and "
+                   "cached). interp: the reference interpreter (what --check replays). model: the merged "
+                   "checkpoint (not built yet).")
 @click.option("--mode", type=click.Choice(["fp32", "bf16"]), help="circuit/model: activations in fp32 "
               "(default) or rounded to bf16 after every op, as torch does.")
 @click.option("--check", is_flag=True, help="circuit/model: replay on the interpreter and compare every "
@@ -102,7 +103,8 @@ def run(source: Path, arg_texts: tuple[str, ...], kernel: str | None, grid: tupl
     \b
     Example:
       qgpu-min run examples/dot.cu --arg '[1,2,3]' --arg '[4,5,6]' --arg 'zeros(1)' --arg 3
-    prints every array parameter after the launch, e.g. `out = [32]`.
+    runs it on the GPU in the weights and prints every array parameter after the launch, e.g.
+    `out = [32]` (--backend interp: on the reference interpreter).
     """
     from .launch import compile_kernel, launch
 

@@ -382,7 +382,8 @@ def launch(kernel: CompiledKernel, args: list, grid=(1, 1), block=(LANES, 1), ba
         try:
             kernel = for_format(kernel, fmt() if callable(fmt) else fmt)
         except CapacityError as e:      # say which target's limit it is: the interpreter would run it
-            raise CapacityError(f"backend {backend!r} cannot run this kernel: {e}") from None
+            raise CapacityError(f"backend {backend!r} cannot run this kernel: {e} (its block format is not the "
+                                f"interpreter's: --backend interp may run it)") from None
     grid, block = _shape(grid, "grid"), _shape(block, "block")
     image = build_image(kernel, args, block)
     run = _run_backend(run_launch, backend, kernel, image, grid, block, step_limit, backend_options)
