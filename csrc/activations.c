@@ -88,6 +88,9 @@ float qgpu_expf(float x) { return exp_core(x); }
 ELEMENTWISE(exp, exp_core(v))
 ELEMENTWISE(silu_dense, v / (1.0f + exp_core(-v)))
 ELEMENTWISE(sigmoid, 1.0f / (1.0f + exp_core(-v)))
+ELEMENTWISE(round_bf16_to, qgpu_bf16_round(v))
+
+void qgpu_round_bf16(float *x, size_t n) { qgpu_round_bf16_to(x, n, x); }
 
 /* silu(+-0) is that same zero (0 / 2), so blocks of zeros, most of a circuit layer's activations, are
  * copied; the other blocks take the vectorized loop. Same bits either way. */

@@ -6,24 +6,7 @@
 
 #include "qgpu_core.h"
 
-/* bf16.round_bf16 for one value: round to nearest, ties to even; a NaN keeps its sign and top payload
- * bits with the quiet bit set. */
-static inline float round_bf16f(float x) {
-    uint32_t b;
-    memcpy(&b, &x, sizeof b);
-    if (isnan(x))
-        b = (b | 0x00400000u) & 0xFFFF0000u;
-    else
-        b = (b + 0x7FFFu + ((b >> 16) & 1u)) & 0xFFFF0000u;
-    memcpy(&x, &b, sizeof x);
-    return x;
-}
-
-static void round_all(float *x, size_t n) {
-    for (size_t i = 0; i < n; i++) x[i] = round_bf16f(x[i]);
-}
-
-void qgpu_round_bf16(float *x, size_t n) { round_all(x, n); }
+static void round_all(float *x, size_t n) { qgpu_round_bf16(x, n); }
 
 static void mlp_in(const float *h, size_t d, const float *w, float eps, int add_zero, int bf16, size_t m,
                  const int64_t *gp, const int32_t *gi, const uint16_t *gv, const int64_t *up, const int32_t *ui,
@@ -43,13 +26,13 @@ static void mlp_in(const float *h, size_t d, const float *w, float eps, int add_
 
 static void mlp_out(const float *h_mid, size_t d, int bf16, size_t m, const float *s, const float *p,
                   const int64_t *dp, const int32_t *di, const uint16_t *dv, float *act, float *y, float *h_out) {
-    for (size_t i = 0; i < m; i++) act[i] = bf16 ? round_bf16f(round_bf16f(s[i]) * p[i]) : s[i] * p[i];
+    for (size_t i = 0; i < m; i++) act[i] = bf16 ? qgpu_bf16_round(qgpu_bf16_round(s[i]) * p[i]) : s[i] * p[i];
     if (m)
         qgpu_sparse_matmul(d, m, dp, di, dv, act, 1, y);
     else
         memset(y, 0, d * sizeof *y); /* no active unit: every CSR row sums nothing, +0 */
     if (bf16) round_all(y, d);
-    for (size_t i = 0; i < d; i++) h_out[i] = bf16 ? round_bf16f(h_mid[i] + y[i]) : h_mid[i] + y[i];
+    for (size_t i = 0; i < d; i++) h_out[i] = bf16 ? qgpu_bf16_round(h_mid[i] + y[i]) : h_mid[i] + y[i];
 }
 
 /* A DeltaNet mixer's decode step around the delta rule, with CSR projections. First half: u = R(rmsnorm(h,
@@ -87,13 +70,13 @@ static void gdn_out(float *o, size_t nv, size_t dv, int bf16, const float *w, fl
         round_all(o, n);
         qgpu_rmsnorm(o, nv, dv, ones, eps, 0, tmp);
         for (size_t i = 0; i < n; i++)
-            tmp[i] = round_bf16f(round_bf16f(w[i % dv] * round_bf16f(tmp[i])) * silu_z[i]);
+            tmp[i] = qgpu_bf16_round(qgpu_bf16_round(w[i % dv] * qgpu_bf16_round(tmp[i])) * silu_z[i]);
     } else {
         qgpu_gated_rmsnorm(o, z, nv, dv, w, eps, tmp);
     }
     qgpu_sparse_matmul(d, n, op, oi, ov, tmp, 1, y);
     if (bf16) round_all(y, d);
-    for (size_t i = 0; i < d; i++) h_out[i] = bf16 ? round_bf16f(h[i] + y[i]) : h[i] + y[i];
+    for (size_t i = 0; i < d; i++) h_out[i] = bf16 ? qgpu_bf16_round(h[i] + y[i]) : h[i] + y[i];
 }
 
 /* The sparse MLP of one token: mlp_in, s = silu(g), mlp_out. scratch holds 3 d + 4 m floats. */

@@ -72,7 +72,7 @@ int qgpu_isa_lanes(int level);
  * dense product is then the one to run), else 1. */
 int qgpu_chunked_matvec_bf16(size_t out, size_t in, size_t lanes, const int64_t *ptr, const int32_t *cols,
                              const uint16_t *w, const int8_t *w8, const float *x, float *y);
-/* In place: x = round_bf16(x), as bf16.round_bf16 does. */
+/* In place: x = round_bf16(x), as bf16.round_bf16 does (qgpu_bf16_round below, vectorized). */
 void qgpu_round_bf16(float *x, size_t n);
 /* Elementwise, n floats (activations.c): the core's own exp (the same bits on every platform), SiLU x / (1 +
  * exp(-x)), sigmoid 1 / (1 + exp(-x)). */
@@ -100,6 +100,20 @@ void qgpu_gdn_step(const float *h, size_t d, const float *w, float eps, int bf16
                   int32_t *clean, const float *norm_w, const int64_t *op, const int32_t *oi, const uint16_t *ov,
                   float *scratch, float *h_out);
 /* CDEF END */
+
+/* bf16.round_bf16 for one value: round to nearest, ties to even; a NaN keeps its sign and top payload bits
+ * with the quiet bit set. Branch-free (an integer select on the bits), so loops over it vectorize; the C
+ * core's one definition (qgpu_round_bf16 and the fused steps' expressions use it). */
+#include <string.h>
+static inline float qgpu_bf16_round(float x) {
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    uint32_t nan = (b & 0x7FFFFFFFu) > 0x7F800000u;
+    b = (nan ? (b | 0x00400000u) : (b + 0x7FFFu + ((b >> 16) & 1u))) & 0xFFFF0000u;
+    memcpy(&x, &b, sizeof x);
+    return x;
+}
+
 
 /* The core's exp of one value (activations.c), for the other C sources. */
 float qgpu_expf(float x);

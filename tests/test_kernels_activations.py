@@ -84,6 +84,19 @@ def test_bad_inputs_are_named_and_views_are_read_correctly(fn):
         K.l2norm(np.zeros((2, 0), np.float32))
 
 
+def test_round_bf16_in_c_equals_the_numpy_rounding_on_random_bit_patterns(isa):
+    # every kind of float at every SIMD level: random patterns (NaN payloads, subnormals, infs included),
+    # exact ties (low half 0x8000) and the values next to them, in lengths that leave vector tails
+    from qgpu_min.model.bf16 import round_bf16
+    rng = np.random.default_rng(1)
+    bits = rng.integers(0, 2 ** 32, 300_000, dtype=np.uint64).astype(np.uint32)
+    ties = (bits[:60_000] & np.uint32(0xFFFF0000)) | np.uint32(0x8000)
+    bits = np.concatenate([bits, ties, ties - np.uint32(1), ties + np.uint32(1), np.uint32([0x7F7FFFFF, 0xFF7FFFFF])])
+    for n in (len(bits), 7, 33):
+        x = bits[:n].view(np.float32)
+        assert np.array_equal(_bits(K.round_bf16(x)), _bits(round_bf16(x)))
+
+
 def test_round_bf16_in_c_equals_the_numpy_rounding_for_any_shape():
     from qgpu_min.model.bf16 import round_bf16
     rng = np.random.default_rng(7)
