@@ -17,6 +17,8 @@ X = np.zeros(6, np.float32)
     (lambda: K.matvec_bf16(W, np.zeros(5, np.float32)), r"x has shape \(5,\), expected \(6,\)"),
     (lambda: K.matmul_bf16(W, X), r"x has shape \(6,\), expected \(\*, 6\)"),
     (lambda: K.matvec_bf16([[1, 2]], X), "got list"),
+    (lambda: K.deltanet_gate(np.float32(1), np.zeros(1, np.float32), np.zeros(1, np.float32)),
+     "a must be a float32 array, got a NumPy float32 scalar"),
     (lambda: K.sparse_matvec(W, X), "must be a SparseBF16"),
     (lambda: K.rmsnorm(X, np.zeros(5, np.float32), 1e-6, True), r"w has shape \(5,\)"),
     (lambda: K.rmsnorm(np.zeros((2, 0), np.float32), np.zeros(0, np.float32), 1e-6, True), "d >= 1"),

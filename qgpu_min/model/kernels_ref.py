@@ -102,6 +102,8 @@ def describe_arg(a: object) -> str:
     """What a rejected argument was, for error messages: an array's dtype and shape, else its type."""
     if isinstance(a, np.ndarray):
         return f"dtype {a.dtype}, shape {a.shape}"
+    if isinstance(a, np.generic):
+        return f"a NumPy {type(a).__name__} scalar"
     return f"{type(a).__name__}"
 
 
