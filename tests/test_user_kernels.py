@@ -613,24 +613,25 @@ def test_user_cli_subprocess_env_compiler() -> None:
 
 
 # ---- on the GPU in the weights -------------------------------------------------------------------
-# every case at its first shape with zig clang, on --backend circuit under --check (a launch over the
-# GPU's limits is skipped with the refusal as the reason); a few quick ones by default
+# every case at its first shape with zig clang, on --backend circuit under --check, fp32 and bf16 (a launch
+# over the GPU's limits is skipped with the refusal as the reason); a few quick ones by default, one in bf16
 GPU_DEFAULT = ("fizzbuzz", "relu_clamp", "small_types-byte_sign")
 
 
 def _gpu_params():
     out = []
-    for c in CASES:
-        if c.xfail.get("zig"):
-            continue
-        marks = [] if c.id in GPU_DEFAULT else [pytest.mark.slow]
-        out.append(pytest.param(c, id=c.id, marks=marks))
+    for mode in ("fp32", "bf16"):
+        for c in CASES:
+            if c.xfail.get("zig"):
+                continue
+            marks = [] if c.id in GPU_DEFAULT and (mode == "fp32" or c.id == "relu_clamp") else [pytest.mark.slow]
+            out.append(pytest.param(c, mode, id=f"{c.id}-{mode}", marks=marks))
     return out
 
 
 @pytest.mark.filterwarnings("ignore")
-@pytest.mark.parametrize("case", _gpu_params())
-def test_user_kernel_on_the_gpu(case: UCase) -> None:
+@pytest.mark.parametrize("case, mode", _gpu_params())
+def test_user_kernel_on_the_gpu(case: UCase, mode: str) -> None:
     from qgpu_min.gpu.program import GpuLaunchError
     from qgpu_min.machine.isa import CapacityError
     skip_if_missing("zig")
@@ -639,7 +640,7 @@ def test_user_kernel_on_the_gpu(case: UCase) -> None:
     k = _compiled(case.file, case.kernel, "zig")
     try:
         r = launch(k, [a.copy() if isinstance(a, np.ndarray) else a for a in args], grid=shape[0], block=shape[1],
-                   step_limit=case.step_limit, backend="circuit", check=True)
+                   step_limit=case.step_limit, backend="circuit", mode=mode, check=True)
     except (CapacityError, GpuLaunchError) as e:
         pytest.skip(f"does not fit the GPU in the weights: {e}")
     _check(case, args, shape, list(r.arrays.values()))
