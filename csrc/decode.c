@@ -79,15 +79,15 @@ static void gdn_out(float *o, size_t nv, size_t dv, int bf16, const float *w, fl
     for (size_t i = 0; i < d; i++) h_out[i] = bf16 ? qgpu_bf16_round(h[i] + y[i]) : h[i] + y[i];
 }
 
-/* The sparse MLP of one token: mlp_in, s = silu(g), mlp_out. scratch holds 3 d + 4 m floats. */
-void qgpu_mlp_step(const float *h, size_t d, const float *w, float eps, int add_zero, int bf16, size_t m,
-                  const int64_t *gp, const int32_t *gi, const uint16_t *gv, const int64_t *up, const int32_t *ui,
-                  const uint16_t *uv, const int64_t *dp, const int32_t *di, const uint16_t *dv, float *scratch,
-                  float *h_out) {
+/* The sparse MLP of one token: mlp_in, s = silu(g), mlp_out. scratch holds qgpu_mlp_scratch(d, m) floats. */
+size_t qgpu_mlp_scratch(size_t d, size_t m) { return 3 * d + 4 * m; }
+
+void qgpu_mlp_step(const qgpu_mlp_layer *L, const float *h, int add_zero, float *scratch, float *h_out) {
+    size_t d = L->d, m = L->m;
     float *h_mid = scratch, *u = h_mid + d, *y = u + d, *g = y + d, *p = g + m, *s = p + m, *act = s + m;
-    mlp_in(h, d, w, eps, add_zero, bf16, m, gp, gi, gv, up, ui, uv, h_mid, u, g, p);
+    mlp_in(h, d, L->w, L->eps, add_zero, L->bf16, m, L->gp, L->gi, L->gv, L->up, L->ui, L->uv, h_mid, u, g, p);
     qgpu_silu(g, m, s);
-    mlp_out(h_mid, d, bf16, m, s, p, dp, di, dv, act, y, h_out);
+    mlp_out(h_mid, d, L->bf16, m, s, p, L->dp, L->di, L->dv, act, y, h_out);
 }
 
 /* A CSR DeltaNet mixer for one token, h -> h_out = R(h + mixer): gdn_in; the delta rule (c = R(silu(conv)),
@@ -99,29 +99,26 @@ size_t qgpu_gdn_scratch(size_t d, size_t nk, size_t dk, size_t nv, size_t dv) {
     return 2 * d + 3 * c + 4 * nv + 2 * kd + 2 * nv * dk + 4 * n + dv;
 }
 
-void qgpu_gdn_step(const float *h, size_t d, const float *w, float eps, int bf16, size_t nk, size_t dk,
-                  size_t nv, size_t dv, const int64_t *qp, const int32_t *qi, const uint16_t *qv,
-                  const int64_t *zp, const int32_t *zi, const uint16_t *zv, const int64_t *bp, const int32_t *bi,
-                  const uint16_t *bv, const int64_t *ap, const int32_t *ai, const uint16_t *av, float *conv_state,
-                  size_t k, const float *conv_w, const float *a_log, const float *dt_bias, float q_div, float *S,
-                  int32_t *clean, const float *norm_w, const int64_t *op, const int32_t *oi, const uint16_t *ov,
-                  float *scratch, float *h_out) {
+void qgpu_gdn_step(const qgpu_gdn_layer *L, const float *h, float *conv_state, float *S, int32_t *clean,
+                   float *scratch, float *h_out) {
+    size_t d = L->d, nk = L->nk, dk = L->dk, nv = L->nv, dv = L->dv;
+    int bf16 = L->bf16;
     size_t kd = nk * dk, n = nv * dv, c = 2 * kd + n;
     float *u = scratch, *y = u + d, *mixed = y + d, *conv = mixed + c, *act = conv + c, *z = act + c;
     float *b = z + n, *a = b + nv, *g = a + nv, *beta = g + nv, *qn = beta + nv, *kn = qn + kd;
     float *qr = kn + kd, *kr = qr + nv * dk, *o = kr + nv * dk, *silu_z = o + n, *tmp = silu_z + n;
     float *ones = tmp + n;
     for (size_t i = 0; i < dv; i++) ones[i] = 1.0f;
-    gdn_in(h, d, w, eps, bf16, c, n, nv, qp, qi, qv, zp, zi, zv, bp, bi, bv, ap, ai, av, conv_state, k, conv_w,
-           u, mixed, z, b, a, conv);
+    gdn_in(h, d, L->in_norm, L->eps, bf16, c, n, nv, L->qp, L->qi, L->qv, L->zp, L->zi, L->zv, L->bp, L->bi, L->bv,
+           L->ap, L->ai, L->av, conv_state, L->k, L->conv_w, u, mixed, z, b, a, conv);
     qgpu_silu(conv, c, act);
     qgpu_sigmoid(b, nv, beta);
     if (bf16) {
         round_all(act, c);
         round_all(beta, nv);
     }
-    qgpu_deltanet_gate(a, nv, a_log, dt_bias, nv, g);
-    qgpu_l2norm(act, nk, dk, 1e-6f, q_div, qn);
+    qgpu_deltanet_gate(a, nv, L->a_log, L->dt_bias, nv, g);
+    qgpu_l2norm(act, nk, dk, 1e-6f, L->q_div, qn);
     qgpu_l2norm(act + kd, nk, dk, 1e-6f, 1.0f, kn);
     for (size_t hh = 0; hh < nv; hh++) { /* value head hh reads key head hh / (nv / nk) */
         size_t src = hh / (nv / nk);
@@ -130,5 +127,25 @@ void qgpu_gdn_step(const float *h, size_t d, const float *w, float eps, int bf16
     }
     qgpu_deltanet_step_sparse(S, nv, dk, dv, qr, kr, act + 2 * kd, g, beta, o, clean);
     if (bf16) qgpu_silu(z, n, silu_z);
-    gdn_out(o, nv, dv, bf16, norm_w, eps, z, silu_z, ones, tmp, d, op, oi, ov, h, y, h_out);
+    gdn_out(o, nv, dv, bf16, L->norm_w, L->eps, z, silu_z, ones, tmp, d, L->op, L->oi, L->ov, h, y, h_out);
+}
+
+/* One token through n CSR DeltaNet layers, as the forward pass runs them one by one: a layer whose mixer is
+ * silent (silent[i]: provably +0 out and a +0 state kept +0) and whose state is still all +0 (zero[i]) skips
+ * the mixer and adds its exact +0 in the MLP; any other runs its mixer (zero[i] becomes 0), then its MLP. h
+ * [d] in, the last layer's output out. scratch: 2 d + the largest qgpu_gdn_scratch / qgpu_mlp_scratch. */
+void qgpu_decode_layers(size_t n, const qgpu_gdn_layer *const *gdn, const qgpu_mlp_layer *const *mlp,
+                        const int32_t *silent, int32_t *zero, float *const *conv, float *const *S,
+                        int32_t *const *clean, float *h, float *scratch) {
+    for (size_t i = 0; i < n; i++) {
+        size_t d = mlp[i]->d;
+        float *mid = scratch, *out = mid + d, *work = out + d;
+        int skip = silent[i] && zero[i];
+        if (!skip) {
+            zero[i] = 0;
+            qgpu_gdn_step(gdn[i], h, conv[i], S[i], clean[i], work, mid);
+        }
+        qgpu_mlp_step(mlp[i], skip ? h : mid, skip, work, out);
+        memcpy(h, out, d * sizeof *h);
+    }
 }

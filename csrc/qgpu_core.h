@@ -86,19 +86,41 @@ void qgpu_deltanet_gate(const float *a, size_t n, const float *a_log, const floa
                         float *g);
 /* One token through a CSR layer (decode.c): the sparse MLP, h -> h_out (h_mid = R(h + 0) when add_zero: a
  * silent mixer's exact output), and the DeltaNet mixer, h -> h_out, its conv state, S and clean flags
- * updated. R = round_bf16 in bf16 mode. scratch: the MLP's 3 d + 4 m floats, the mixer's qgpu_gdn_scratch. */
-void qgpu_mlp_step(const float *h, size_t d, const float *w, float eps, int add_zero, int bf16, size_t m,
-                  const int64_t *gp, const int32_t *gi, const uint16_t *gv, const int64_t *up, const int32_t *ui,
-                  const uint16_t *uv, const int64_t *dp, const int32_t *di, const uint16_t *dv, float *scratch,
-                  float *h_out);
+ * updated. R = round_bf16 in bf16 mode. A layer's weights and sizes are described once (the structs);
+ * scratch: qgpu_mlp_scratch / qgpu_gdn_scratch floats. */
+typedef struct {
+    size_t d, m;           /* hidden size, active units */
+    const float *w;        /* post-attention norm weight [d] (1 + w) */
+    float eps;
+    int bf16;
+    const int64_t *gp; const int32_t *gi; const uint16_t *gv;   /* gate [m, d] */
+    const int64_t *up; const int32_t *ui; const uint16_t *uv;   /* up [m, d] */
+    const int64_t *dp; const int32_t *di; const uint16_t *dv;   /* down [d, m] */
+} qgpu_mlp_layer;
+typedef struct {
+    size_t d, nk, dk, nv, dv, k;   /* hidden, key heads and dim, value heads and dim, conv taps */
+    const float *in_norm;          /* [d] (1 + w) */
+    float eps;
+    int bf16;
+    const int64_t *qp; const int32_t *qi; const uint16_t *qv;   /* in_proj_qkv [2 nk dk + nv dv, d] */
+    const int64_t *zp; const int32_t *zi; const uint16_t *zv;   /* in_proj_z [nv dv, d] */
+    const int64_t *bp; const int32_t *bi; const uint16_t *bv;   /* in_proj_b [nv, d] */
+    const int64_t *ap; const int32_t *ai; const uint16_t *av;   /* in_proj_a [nv, d] */
+    const float *conv_w;           /* [2 nk dk + nv dv, k] */
+    const float *a_log, *dt_bias;  /* [nv] */
+    float q_div;                   /* sqrt(dk) as float */
+    const float *norm_w;           /* gated norm [dv] */
+    const int64_t *op; const int32_t *oi; const uint16_t *ov;   /* out_proj [d, nv dv] */
+} qgpu_gdn_layer;
+size_t qgpu_mlp_scratch(size_t d, size_t m);
 size_t qgpu_gdn_scratch(size_t d, size_t nk, size_t dk, size_t nv, size_t dv);
-void qgpu_gdn_step(const float *h, size_t d, const float *w, float eps, int bf16, size_t nk, size_t dk,
-                  size_t nv, size_t dv, const int64_t *qp, const int32_t *qi, const uint16_t *qv,
-                  const int64_t *zp, const int32_t *zi, const uint16_t *zv, const int64_t *bp, const int32_t *bi,
-                  const uint16_t *bv, const int64_t *ap, const int32_t *ai, const uint16_t *av, float *conv_state,
-                  size_t k, const float *conv_w, const float *a_log, const float *dt_bias, float q_div, float *S,
-                  int32_t *clean, const float *norm_w, const int64_t *op, const int32_t *oi, const uint16_t *ov,
-                  float *scratch, float *h_out);
+void qgpu_mlp_step(const qgpu_mlp_layer *layer, const float *h, int add_zero, float *scratch, float *h_out);
+void qgpu_gdn_step(const qgpu_gdn_layer *layer, const float *h, float *conv_state, float *S, int32_t *clean,
+                   float *scratch, float *h_out);
+/* n CSR DeltaNet layers for one token, h [d] in place (decode.c). */
+void qgpu_decode_layers(size_t n, const qgpu_gdn_layer *const *gdn, const qgpu_mlp_layer *const *mlp,
+                        const int32_t *silent, int32_t *zero, float *const *conv, float *const *S,
+                        int32_t *const *clean, float *h, float *scratch);
 /* CDEF END */
 
 /* bf16.round_bf16 for one value: round to nearest, ties to even; a NaN keeps its sign and top payload bits

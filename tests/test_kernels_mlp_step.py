@@ -139,3 +139,57 @@ def test_gdn_step_refuses_mismatched_heads_and_read_only_states():
         step(np.zeros(64, np.float32), conv, S, np.zeros(4, np.int32))
     with pytest.raises(K.KernelInputError, match="clean must be"):
         step(np.zeros(64, np.float32), conv, np.zeros((4, 8, 8), np.float32), np.zeros(4, np.int64))
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_decode_layers_equal_the_steps_one_by_one(bf16):
+    """DecodeLayers (one C call) against GdnStep/SparseMlpStep called layer by layer as Model._layer does:
+    a silent layer whose state is still +0 skips its mixer (add_zero in the MLP), any other runs it."""
+    rng = np.random.default_rng(21 + bf16)
+    r = round_bf16 if bf16 else (lambda x: x)
+    layers = []
+    for _ in range(3):
+        w = _gdn_weights(rng, d=96)
+        gate, up, down, mlp = _mlp(rng)
+        layers.append((K.GdnStep(w, 1e-6, bf16, 2, 8), K.SparseMlpStep(mlp, rng.standard_normal(96).astype(np.float32)
+                                                                       * np.float32(0.1), 1e-6, bf16)))
+    silent = [False, True, True]
+    plan = K.DecodeLayers([g for g, _ in layers], [m for _, m in layers], silent)
+    states = [(np.zeros((layers[0][0].c, 3), np.float32), np.zeros((4, 8, 8), np.float32), np.ones(4, np.int32))
+              for _ in layers]
+    ref = [tuple(a.copy() for a in s) for s in states]
+    zero, ref_zero = np.array([1, 1, 0], np.int32), [True, True, False]   # layer 2: silent but not +0 any more
+    binding = plan.bind(*[list(x) for x in zip(*states)])
+    for t in range(3):
+        h = r(rng.standard_normal(96).astype(np.float32))
+        got = plan(h, binding, zero)
+        for i, (gdn, mlp) in enumerate(layers):
+            skip = silent[i] and ref_zero[i]
+            if not skip:
+                ref_zero[i] = False
+                h = gdn(h, *ref[i])
+            h = mlp(h, add_zero=skip)
+        assert np.array_equal(got.view(np.uint32), h.view(np.uint32))
+        assert zero.tolist() == [int(z) for z in ref_zero] == [0, 1, 0]
+        for s, q in zip(states, ref):
+            assert all(np.array_equal(a.view(np.uint32), b.view(np.uint32)) for a, b in zip(s, q))
+    assert not states[1][1].any()                 # the skipped layer's state stayed +0
+
+
+def test_decode_layers_refuse_bad_states_and_flags():
+    rng = np.random.default_rng(5)
+    gdn = K.GdnStep(_gdn_weights(rng, d=96), 1e-6, False, 2, 8)
+    mlp = K.SparseMlpStep(_mlp(rng)[3], np.zeros(96, np.float32), 1e-6, False)
+    plan = K.DecodeLayers([gdn], [mlp], [False])
+    conv, S, clean = np.zeros((gdn.c, 3), np.float32), np.zeros((4, 8, 8), np.float32), np.ones(4, np.int32)
+    with pytest.raises(K.KernelInputError, match="S"):
+        plan.bind([conv], [np.zeros((4, 8, 7), np.float32)], [clean])
+    with pytest.raises(K.KernelInputError, match="clean must be"):
+        plan.bind([conv], [S], [clean.astype(np.int64)])
+    with pytest.raises(K.KernelInputError, match="1 layers, states for 2"):
+        plan.bind([conv, conv], [S, S], [clean, clean])
+    binding = plan.bind([conv], [S], [clean])
+    with pytest.raises(K.KernelInputError, match="zero must be"):
+        plan(np.zeros(96, np.float32), binding, np.zeros(1, np.int64))
+    with pytest.raises(K.KernelInputError, match="mixers"):
+        K.DecodeLayers([gdn], [], [False])

@@ -62,8 +62,16 @@ def test_fast_decode_equals_plain_forward_bit_for_bit(gpu, launch_ids, mode, mon
     memory_free = {i for i, layer in enumerate(gpu.layers) if layer.heads == 0}
     assert set(model.silent_mixers) == memory_free and len(memory_free) >= 20
     assert len(model._mlp_steps) == len(model._gdn_steps) == len(gpu.layers)
+    assert model._decode_layers is not None    # a decode token: one C call for all layers
     fast, fast_state = _run(model, prompt, fed)
     assert model.chunked_head() is not None  # the tied LM head is multiplied chunk-sparse
+    model._decode_layers = None                # the fused steps one layer at a time, from Python
+    stepwise, stepwise_state = _run(model, prompt, fed)
+    assert np.array_equal(_bits(fast), _bits(stepwise))
+    for i in stepwise_state.recurrent:
+        assert np.array_equal(_bits(fast_state.recurrent[i]), _bits(stepwise_state.recurrent[i]))
+        assert np.array_equal(_bits(fast_state.clean[i]), _bits(stepwise_state.clean[i]))
+    assert fast_state.zero == stepwise_state.zero
     model.silent_mixers = frozenset()
     model._head_chunks = {kernels.isa_lanes(): None}  # the plain run: the dense LM head,
     model._mlp_steps = {}                              # the separate MLP calls over all 6144 units,
@@ -82,3 +90,30 @@ def test_fast_decode_equals_plain_forward_bit_for_bit(gpu, launch_ids, mode, mon
         assert not _bits(plain_state.recurrent[i]).any() and not _bits(plain_state.conv[i]).any()
     # the memory layers' heads kept the clean flag through decode (the fast path was taken)
     assert all(fast_state.clean[i].all() for i in fast_state.clean)
+
+
+def test_one_call_decode_follows_copied_and_replaced_state_arrays(gpu, launch_ids):
+    """The C pointers a state caches (State.binding) are never stale: a deep copy decodes into its own arrays,
+    and an array replaced in the state is the one written."""
+    prompt, fed = launch_ids
+    model = gpu.model("fp32")
+    state = model.new_state()
+    model.prefill(state, prompt)
+    model.decode(state, fed[0])
+    assert state.binding is not None
+    twin = copy.deepcopy(state)
+    assert twin.binding is None
+    a, b = model.decode(twin, fed[1]), model.decode(state, fed[1])
+    assert np.array_equal(_bits(a), _bits(b))
+    for i in state.recurrent:
+        assert np.array_equal(_bits(twin.recurrent[i]), _bits(state.recurrent[i]))
+    model.decode(twin, fed[2])                         # the twin runs ahead: which layers does fed[2] write?
+    changed = [i for i in state.recurrent if not np.array_equal(twin.recurrent[i], state.recurrent[i])]
+    assert changed
+    i = changed[0]
+    old = state.recurrent[i]
+    state.recurrent[i] = old.copy()                    # a new array for layer i
+    snapshot = old.copy()
+    model.decode(state, fed[2])
+    assert np.array_equal(_bits(old), _bits(snapshot))  # the replaced array is left alone
+    assert np.array_equal(_bits(twin.recurrent[i]), _bits(state.recurrent[i]))  # the new one is written

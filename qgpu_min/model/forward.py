@@ -71,7 +71,8 @@ class State:
     Two records let decode skip work exactly (see docs/model.md, "Decode fast paths"); code that writes
     recurrent/conv arrays itself must drop the layer from both. zero: DeltaNet layers whose recurrent and
     conv state are known to be +0 everywhere (new states); clean[layer]: int32 [H], 1 where that head's S is
-    known finite with no -0 (kernels.deltanet_step_sparse keeps it up to date)."""
+    known finite with no -0 (kernels.deltanet_step_sparse keeps it up to date). binding: C pointers to these
+    arrays for Model's one-call decode, rebuilt when an array is not the one it points into (None in a copy)."""
     recurrent: dict[int, np.ndarray]
     conv: dict[int, np.ndarray]
     keys: dict[int, np.ndarray] = field(default_factory=dict)
@@ -79,6 +80,7 @@ class State:
     pos: int = 0
     zero: set[int] = field(default_factory=set)
     clean: dict[int, np.ndarray] = field(default_factory=dict)
+    binding: kernels.DecodeBinding | None = field(default=None, repr=False, compare=False)
 
 
 class Model:
@@ -113,6 +115,12 @@ class Model:
             for i, w in enumerate(weights.layers)
             if config.layer_types[i] == "linear_attention"
             and all(isinstance(w.get(n), kernels.SparseBF16) for n in ("qkv", "z", "b", "a", "out"))}
+        # every layer a CSR DeltaNet (the circuit-only model): a decode token is one C call for all of them
+        n = len(config.layer_types)
+        self._decode_layers = kernels.DecodeLayers(
+            [self._gdn_steps[i] for i in range(n)], [self._mlp_steps[i] for i in range(n)],
+            [i in self.silent_mixers for i in range(n)]) \
+            if n and all(i in self._gdn_steps and i in self._mlp_steps for i in range(n)) else None
 
     def _silent_deltanet(self, w: dict) -> bool:
         """Whether this DeltaNet layer's mixer provably outputs exactly +0 and keeps a +0 state at +0, for
@@ -149,11 +157,14 @@ class Model:
         (T, hidden), what the LM head sees. A list passed as layer_outputs receives the residual stream
         f32 (T, hidden) after each layer, in layer order."""
         h = self.embed(token_ids)
-        with np.errstate(over="ignore"):  # exp overflowing to inf is how sigmoid/silu reach exactly 0
-            for i, kind in enumerate(self.config.layer_types):
-                h = self._layer(state, i, kind, h)
-                if layer_outputs is not None:
-                    layer_outputs.append(h)
+        if h.shape[0] == 1 and self._decode_layers is not None and layer_outputs is None:
+            h = self._decode_all(state, h)
+        else:
+            with np.errstate(over="ignore"):  # exp overflowing to inf is how sigmoid/silu reach exactly 0
+                for i, kind in enumerate(self.config.layer_types):
+                    h = self._layer(state, i, kind, h)
+                    if layer_outputs is not None:
+                        layer_outputs.append(h)
         state.pos += h.shape[0]
         return self.r(kernels.rmsnorm(h, self.weights.final_norm, self.config.rms_norm_eps, plus_one=True))
 
@@ -254,6 +265,21 @@ class Model:
         gate, up = self._linears([w["gate"], w["up"]], u)
         act = self.r(self.r(kernels.silu(gate)) * up)
         return self.r(h + self._linear(w["down"], act))
+
+    def _decode_all(self, state: State, h: np.ndarray) -> np.ndarray:
+        """One token through every layer in one C call (kernels.DecodeLayers): what _layer does layer by
+        layer, the silent mixers' skip and State.zero included."""
+        n = self._decode_layers.n
+        arrays = (*(state.conv[i] for i in range(n)), *(state.recurrent[i] for i in range(n)),
+                  *(self._clean_flags(state, i) for i in range(n)))
+        b = state.binding
+        if b is None or len(b.arrays) != len(arrays) or any(x is not y for x, y in zip(b.arrays, arrays)):
+            b = state.binding = self._decode_layers.bind(list(arrays[:n]), list(arrays[n:2 * n]),
+                                                         list(arrays[2 * n:]))
+        zero = np.fromiter((i in state.zero for i in range(n)), np.int32, n)
+        out = self._decode_layers(h[0], b, zero)
+        state.zero.difference_update(np.flatnonzero(zero == 0).tolist())
+        return out[None]
 
     def _mixer(self, state: State, i: int, kind: str, w: dict, h: np.ndarray) -> np.ndarray:
         """h + Mixer(RMSNorm(h)), rounded: the first half of a layer."""

@@ -429,18 +429,32 @@ def _csr(w: SparseBF16) -> tuple:
             ffi.from_buffer("uint16_t[]", w.values))
 
 
+def _csr_fields(struct, names: str, w: SparseBF16, keep: list) -> None:
+    """Set a layer struct's three CSR pointers (names: their prefix letter) to w's arrays; the buffers the
+    pointers come from are appended to keep, which must live as long as the struct."""
+    bufs = _csr(w)
+    keep.extend(bufs)
+    for suffix, buf in zip("piv", bufs):
+        setattr(struct, names + suffix, buf)
+
+
 class SparseMlpStep:
     """One layer's sparse MLP for one token (decode) in one C call, bit-identical to the forward pass's
-    separate calls (kernels_ref.mlp_in, silu, kernels_ref.mlp_out state the math). The weights' C pointers
-    are taken once; a call checks its activation's shape and dtype only (the forward pass's own buffer)."""
+    separate calls (kernels_ref.mlp_in, silu, kernels_ref.mlp_out state the math). The weights are
+    described to C once (a qgpu_mlp_layer); a call checks its activation's shape and dtype only (the
+    forward pass's own buffer)."""
 
     def __init__(self, mlp: SparseMlp, norm_w: np.ndarray, eps: float, bf16: bool) -> None:
         self.mlp, self.d, self.m = mlp, mlp.down.shape[0], mlp.units.shape[0]
         self.norm_w = _activation("SparseMlpStep", "norm_w", norm_w, (self.d,))
         self.eps, self.bf16 = float(eps), int(bool(bf16))
-        self._csr = (*_csr(mlp.gate), *_csr(mlp.up), *_csr(mlp.down))
-        self._w = _floats(self.norm_w)
-        self._scratch = np.empty(3 * self.d + 4 * self.m + 1, np.float32)  # reused: calls hold the lock
+        self.layer = ffi.new("qgpu_mlp_layer *")
+        L, self._keep = self.layer, [_floats(self.norm_w)]
+        L.d, L.m, L.w, L.eps, L.bf16 = self.d, self.m, self._keep[0], self.eps, self.bf16
+        for prefix, w in (("g", mlp.gate), ("u", mlp.up), ("d", mlp.down)):
+            _csr_fields(L, prefix, w, self._keep)
+        self.scratch_size = int(lib.qgpu_mlp_scratch(self.d, self.m))
+        self._scratch = np.empty(self.scratch_size + 1, np.float32)  # reused: calls hold the lock
         self._lock = threading.Lock()
 
     def __call__(self, h: np.ndarray, add_zero: bool) -> np.ndarray:
@@ -449,16 +463,15 @@ class SparseMlpStep:
         h = _vec("SparseMlpStep", "h", h, self.d)
         h_out = np.empty(self.d, np.float32)
         with self._lock:
-            lib.qgpu_mlp_step(_floats(h), self.d, self._w, self.eps, int(bool(add_zero)), self.bf16, self.m,
-                              *self._csr, _floats(self._scratch), _floats(h_out))
+            lib.qgpu_mlp_step(self.layer, _floats(h), int(bool(add_zero)), _floats(self._scratch), _floats(h_out))
         return h_out
 
 
 class GdnStep:
     """One CSR DeltaNet layer's mixer for one token (decode) in one C call: kernels_ref.gdn_in, the delta
     rule as Model._delta_rule runs it (the same kernels), kernels_ref.gdn_out, bit for bit with the forward
-    pass's separate calls. Weight pointers are taken once; activations and states are checked for shape and
-    dtype only."""
+    pass's separate calls. The weights are described to C once (a qgpu_gdn_layer); activations and states
+    are checked for shape and dtype only."""
 
     def __init__(self, w: dict, eps: float, bf16: bool, key_heads: int, key_dim: int) -> None:
         self.d = w["qkv"].shape[1]
@@ -469,32 +482,100 @@ class GdnStep:
             raise KernelInputError(f"GdnStep: {self.nv} value heads of {self.dv} and {self.nk} key heads of "
                                    f"{self.dk} do not fit in_proj_qkv {w['qkv'].shape} and in_proj_z {w['z'].shape}")
         self.eps, self.bf16 = float(eps), int(bool(bf16))
-        self.q_div = float(np.float32(np.sqrt(self.dk)))
         self.conv_w = _activation("GdnStep", "conv", w["conv"], (self.c, None))
         self.k = self.conv_w.shape[1]
-        vecs = {"in_norm": (self.d,), "gdn_norm": (self.dv,), "A_log": (self.nv,), "dt_bias": (self.nv,)}
-        self._vecs = {n: _activation("GdnStep", n, w[n], shape) for n, shape in vecs.items()}
-        self._keep = (w["qkv"], w["z"], w["b"], w["a"], w["out"])
-        self._in = [*_csr(w["qkv"]), *_csr(w["z"]), *_csr(w["b"]), *_csr(w["a"])]
-        self._out = _csr(w["out"])
-        self._p = {n: _floats(a) for n, a in self._vecs.items()}
-        self._conv_w = _floats(self.conv_w)
-        self._scratch = np.empty(lib.qgpu_gdn_scratch(self.d, self.nk, self.dk, self.nv, self.dv) + 1, np.float32)
+        vecs = {"in_norm": (self.d,), "norm_w": (self.dv,), "a_log": (self.nv,), "dt_bias": (self.nv,),
+                "conv_w": (self.c, self.k)}
+        sources = {"in_norm": w["in_norm"], "norm_w": w["gdn_norm"], "a_log": w["A_log"], "dt_bias": w["dt_bias"],
+                   "conv_w": self.conv_w}
+        self.layer = ffi.new("qgpu_gdn_layer *")
+        L, self._keep = self.layer, []
+        for name, shape in vecs.items():
+            buf = _floats(_activation("GdnStep", name, sources[name], shape))
+            self._keep.append(buf)
+            setattr(L, name, buf)
+        L.d, L.nk, L.dk, L.nv, L.dv, L.k = self.d, self.nk, self.dk, self.nv, self.dv, self.k
+        L.eps, L.bf16, L.q_div = self.eps, self.bf16, float(np.float32(np.sqrt(self.dk)))
+        for prefix, name in (("q", "qkv"), ("z", "z"), ("b", "b"), ("a", "a"), ("o", "out")):
+            _csr_fields(L, prefix, w[name], self._keep)
+        self.scratch_size = int(lib.qgpu_gdn_scratch(self.d, self.nk, self.dk, self.nv, self.dv))
+        self._scratch = np.empty(self.scratch_size + 1, np.float32)
         self._lock = threading.Lock()  # the scratch buffer is reused, one call at a time
+
+    def check_state(self, conv_state: np.ndarray, S: np.ndarray, clean: np.ndarray) -> None:
+        """The layer's conv state [c, k-1], S [nv, dk, dv] and clean flags int32 [nv], updated in place:
+        float32/int32, contiguous, writable, of the layer's sizes (KernelInputError otherwise)."""
+        for name, a, n in (("conv_state", conv_state, self.c * (self.k - 1)), ("S", S, self.nv * self.dk * self.dv)):
+            if not _vec("GdnStep", name, a, n).flags.writeable:
+                raise KernelInputError(f"GdnStep: {name} is updated in place, so it must be writable")
+        _clean_flags("GdnStep", clean, self.nv)
 
     def __call__(self, h: np.ndarray, conv_state: np.ndarray, S: np.ndarray, clean: np.ndarray) -> np.ndarray:
         """h_out = R(h + mixer(h)) for h f32 [d]; conv_state [c, k-1], S [nv, dk, dv] and clean int32 [nv]
         (deltanet_step_sparse's flags) are updated in place."""
         h = _vec("GdnStep", "h", h, self.d)
-        for name, a, n in (("conv_state", conv_state, self.c * (self.k - 1)), ("S", S, self.nv * self.dk * self.dv)):
-            if not _vec("GdnStep", name, a, n).flags.writeable:
-                raise KernelInputError(f"GdnStep: {name} is updated in place, so it must be writable")
-        clean = _clean_flags("GdnStep", clean, self.nv)
+        self.check_state(conv_state, S, clean)
         h_out = np.empty(self.d, np.float32)
-        p = self._p
         with self._lock:
-            lib.qgpu_gdn_step(_floats(h), self.d, p["in_norm"], self.eps, self.bf16, self.nk, self.dk, self.nv,
-                              self.dv, *self._in, _floats(conv_state), self.k, self._conv_w, p["A_log"],
-                              p["dt_bias"], self.q_div, _floats(S), ffi.from_buffer("int32_t[]", clean),
-                              p["gdn_norm"], *self._out, _floats(self._scratch), _floats(h_out))
+            lib.qgpu_gdn_step(self.layer, _floats(h), _floats(conv_state), _floats(S),
+                              ffi.from_buffer("int32_t[]", clean), _floats(self._scratch), _floats(h_out))
         return h_out
+
+
+class DecodeBinding:
+    """C pointers to one state's per-layer arrays (conv states, S, clean flags), for DecodeLayers. It
+    remembers the arrays it points into; a copy of it is None (a copied state's arrays are new ones)."""
+
+    def __init__(self, arrays: tuple, conv, S, clean) -> None:
+        self.arrays, self.conv, self.S, self.clean = arrays, conv, S, clean
+
+    def __copy__(self) -> None:
+        return None
+
+    def __deepcopy__(self, memo) -> None:
+        return None
+
+
+class DecodeLayers:
+    """A stack of CSR DeltaNet layers (one GdnStep and one SparseMlpStep each) for one token in one C call
+    (qgpu_decode_layers): the same steps, in the same order, as calling them one by one, without the
+    interpreter between layers. silent[i]: layer i's mixer is provably silent on a +0 state (Model's
+    silent_mixers)."""
+
+    def __init__(self, gdn: list, mlp: list, silent: list[bool]) -> None:
+        if not (len(gdn) == len(mlp) == len(silent)) or not gdn:
+            raise KernelInputError(f"DecodeLayers: {len(gdn)} mixers, {len(mlp)} MLPs, {len(silent)} flags")
+        self.d = mlp[0].d
+        if any(s.d != self.d for s in (*gdn, *mlp)):
+            raise KernelInputError("DecodeLayers: the layers' hidden sizes differ")
+        self.n, self._steps = len(gdn), (gdn, mlp)
+        self._gdn = ffi.new("qgpu_gdn_layer *[]", [s.layer for s in gdn])
+        self._mlp = ffi.new("qgpu_mlp_layer *[]", [s.layer for s in mlp])
+        self._silent = np.asarray(silent, np.int32)
+        size = 2 * self.d + max(s.scratch_size for s in (*gdn, *mlp))
+        self._scratch = np.empty(size + 1, np.float32)
+        self._lock = threading.Lock()
+
+    def bind(self, conv: list, S: list, clean: list) -> DecodeBinding:
+        """Pointers to a state's arrays, each checked as GdnStep checks it."""
+        for step, c, s, f in zip(self._steps[0], conv, S, clean):
+            step.check_state(c, s, f)
+        if not (len(conv) == len(S) == len(clean) == self.n):
+            raise KernelInputError(f"DecodeLayers: {self.n} layers, states for {len(conv)}/{len(S)}/{len(clean)}")
+        return DecodeBinding(tuple((*conv, *S, *clean)), ffi.new("float *[]", [_floats(a) for a in conv]),
+                             ffi.new("float *[]", [_floats(a) for a in S]),
+                             ffi.new("int32_t *[]", [ffi.from_buffer("int32_t[]", a) for a in clean]))
+
+    def __call__(self, h: np.ndarray, binding: DecodeBinding, zero: np.ndarray) -> np.ndarray:
+        """h f32 [d] through every layer: the output [d]. zero int32 [n] (1: that layer's state is still all
+        +0) is updated in place, as the states are."""
+        h = _vec("DecodeLayers", "h", h, self.d).copy()
+        if not isinstance(zero, np.ndarray) or zero.dtype != np.int32 or zero.shape != (self.n,) \
+                or not zero.flags.c_contiguous:
+            raise KernelInputError(f"DecodeLayers: zero must be a contiguous int32 array [{self.n}], "
+                                   f"got {describe_arg(zero)}")
+        with self._lock:
+            lib.qgpu_decode_layers(self.n, self._gdn, self._mlp, ffi.from_buffer("int32_t[]", self._silent),
+                                   ffi.from_buffer("int32_t[]", zero), binding.conv, binding.S, binding.clean,
+                                   _floats(h), _floats(self._scratch))
+        return h
