@@ -262,9 +262,14 @@ class Model:
         # a silent mixer's exact +0 output (h + 0 turns a -0 into +0)
         h = self.r(h + np.float32(0)) if silent else self._mixer(state, i, kind, w, h)
         u = self._norm(h, w["post_norm"])
-        gate, up = self._linears([w["gate"], w["up"]], u)
+        # a CSR MLP (prefill): only its active units (SparseMlp: the units down_proj reads, each product's
+        # entries in their order), the same bits as the full width
+        sparse = self._mlp_steps.get(i)
+        gate, up, down = (sparse.mlp.gate, sparse.mlp.up, sparse.mlp.down) if sparse else (w["gate"], w["up"],
+                                                                                          w["down"])
+        gate, up = self._linears([gate, up], u)
         act = self.r(self.r(kernels.silu(gate)) * up)
-        return self.r(h + self._linear(w["down"], act))
+        return self.r(h + self._linear(down, act))
 
     def _decode_all(self, state: State, h: np.ndarray) -> np.ndarray:
         """One token through every layer in one C call (kernels.DecodeLayers): what _layer does layer by
