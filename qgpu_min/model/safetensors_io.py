@@ -10,6 +10,7 @@ offsets relative to the end of the header.
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 from collections.abc import Callable, Iterable, Iterator
@@ -39,7 +40,23 @@ MAX_HEADER = 100 * 1024 * 1024  # the safetensors library's own limit
 
 
 def _nbytes(dtype: str, shape: tuple[int, ...]) -> int:
-    return int(np.prod(shape, dtype=np.int64)) * NUMPY_DTYPES[dtype].itemsize
+    """Bytes of a tensor, in Python integers (no int64 wrap-around for absurd shapes)."""
+    return math.prod(int(d) for d in shape) * NUMPY_DTYPES[dtype].itemsize
+
+
+def _natural(x: object) -> bool:
+    """A JSON integer >= 0 (not a bool, which Python counts as an int)."""
+    return type(x) is int and x >= 0
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """json object_pairs_hook: a name given twice is an error, not the last one silently kept."""
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"name {k!r} appears twice")
+        out[k] = v
+    return out
 
 
 @dataclass(frozen=True)
@@ -71,11 +88,14 @@ def read_header(path: str | Path) -> dict[str, TensorInfo]:
     except FileNotFoundError:
         raise CheckpointError(f"{path}: weights file not found") from None
     try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        header = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
+    except (UnicodeDecodeError, ValueError) as e:      # JSONDecodeError is a ValueError
         raise CheckpointError(f"{path}: header is not valid JSON ({e})") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: header is not a JSON object")
+    meta = header.get("__metadata__", {})
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise CheckpointError(f"{path}: __metadata__ must map names to strings, got {meta!r:.80}")
     base = 8 + n
     out: dict[str, TensorInfo] = {}
     for name, entry in header.items():
@@ -84,14 +104,14 @@ def read_header(path: str | Path) -> dict[str, TensorInfo]:
         try:
             dtype, shape, (begin, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
         except (TypeError, KeyError, ValueError):
-            raise CheckpointError(f"{path}: tensor {name}: malformed header entry {entry!r}") from None
-        if dtype not in NUMPY_DTYPES:
+            raise CheckpointError(f"{path}: tensor {name}: malformed header entry {entry!r:.200}") from None
+        if not isinstance(dtype, str) or dtype not in NUMPY_DTYPES:
             raise CheckpointError(f"{path}: tensor {name}: unknown dtype {dtype!r}")
-        if not all(isinstance(d, int) and d >= 0 for d in shape):
+        if not all(_natural(d) for d in shape):
             raise CheckpointError(f"{path}: tensor {name}: bad shape {list(shape)}")
-        nbytes = _nbytes(dtype, shape)
-        if not (isinstance(begin, int) and isinstance(end, int) and 0 <= begin <= end):
+        if not (_natural(begin) and _natural(end) and begin <= end):
             raise CheckpointError(f"{path}: tensor {name}: bad data_offsets {[begin, end]}")
+        nbytes = _nbytes(dtype, shape)
         if end - begin != nbytes:
             raise CheckpointError(f"{path}: tensor {name}: {end - begin} data bytes for {dtype} "
                                   f"{list(shape)}, which needs {nbytes}")
@@ -99,7 +119,25 @@ def read_header(path: str | Path) -> dict[str, TensorInfo]:
             raise CheckpointError(f"{path}: tensor {name} ends at byte {base + end} but the file has only "
                                   f"{size} bytes (truncated file?)")
         out[name] = TensorInfo(name, path, dtype, shape, base + begin, base + end)
+    _check_tiling(path, out, base, size)
     return out
+
+
+def _check_tiling(path: Path, tensors: dict[str, TensorInfo], base: int, size: int) -> None:
+    """The format's rule: the tensors' byte ranges tile the data region (file bytes base..size) exactly, with
+    no gap and no overlap; an empty tensor may sit anywhere on that tiling. Offsets in messages are data
+    offsets, as the header writes them."""
+    at = base
+    for t in sorted(tensors.values(), key=lambda t: (t.begin, t.end)):
+        if t.begin < at and t.begin != t.end:
+            raise CheckpointError(f"{path}: tensor {t.name} (data_offsets {t.begin - base}..{t.end - base}) overlaps "
+                                  f"the tensor before it, which ends at {at - base}")
+        if t.begin > at:
+            raise CheckpointError(f"{path}: {t.begin - at} data bytes before tensor {t.name} belong to no tensor "
+                                  f"(a gap at {at - base})")
+        at = max(at, t.end)
+    if at != size:
+        raise CheckpointError(f"{path}: {size - at} data bytes after the last tensor belong to no tensor")
 
 
 def _weight_map(model_dir: Path) -> dict[str, str] | None:
@@ -113,6 +151,10 @@ def _weight_map(model_dir: Path) -> dict[str, str] | None:
             raise TypeError("weight_map must be an object mapping tensor names to file names")
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
         raise CheckpointError(f"{index}: not a valid safetensors index ({type(e).__name__}: {e})") from None
+    for name, shard in weight_map.items():     # a shard is a file of this folder, never a path out of it
+        if shard in ("", ".", "..") or "/" in shard or "\\" in shard or Path(shard).name != shard:
+            raise CheckpointError(f"{index}: tensor {name} is mapped to {shard!r}, which is not a file name in "
+                                  f"the checkpoint folder")
     return weight_map
 
 
