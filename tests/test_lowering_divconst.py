@@ -49,18 +49,24 @@ def _c_divmod(a: int, b: int, bits: int) -> tuple[int, int]:
     return q & mask, (a - q * b) & mask
 
 
-def _ptx32(kind: str, ds: list[int]) -> str:
+def _ptx(kind: str, ds: list[int]) -> str:
+    """A kernel: thread t loads word (or 64-bit word) t of `in`, and stores x / d and x % d for each divisor
+    d (an immediate) to its slice of `out`."""
+    wide = kind.endswith("64")
+    size, reg, mask = (8, "%rd", M64) if wide else (4, "%r", M32)
     body = []
     for k, d in enumerate(ds):
-        imm = str(d) if kind == "s32" else f"0x{d & M32:X}"
-        body += [f"\tdiv.{kind} %r{10 + 2 * k}, %r6, {imm};", f"\tst.global.u32 [%r8+{8 * k}], %r{10 + 2 * k};",
-                 f"\trem.{kind} %r{11 + 2 * k}, %r6, {imm};", f"\tst.global.u32 [%r8+{8 * k + 4}], %r{11 + 2 * k};"]
+        imm = str(d) if kind[0] == "s" else f"0x{d & mask:X}"
+        q, r = f"{reg}{10 + 2 * k}", f"{reg}{11 + 2 * k}"
+        body += [f"\tdiv.{kind} {q}, {reg}6, {imm};", f"\tst.global.u{8 * size} [%r8+{2 * size * k}], {q};",
+                 f"\trem.{kind} {r}, {reg}6, {imm};", f"\tst.global.u{8 * size} [%r8+{2 * size * k + size}], {r};"]
     return "\n".join([
         ".version 7.0", ".target sm_75", ".address_size 32", "",
-        ".visible .entry k(.param .u32 k_in, .param .u32 k_out)", "{", "\t.reg .b32 %r<40>;",
+        ".visible .entry k(.param .u32 k_in, .param .u32 k_out)", "{", "\t.reg .b32 %r<40>;", "\t.reg .b64 %rd<30>;",
         "\tld.param.u32 %r1, [k_in];", "\tld.param.u32 %r2, [k_out];", "\tmov.u32 %r3, %tid.x;",
-        "\tshl.b32 %r4, %r3, 2;", "\tadd.s32 %r5, %r1, %r4;", "\tld.global.u32 %r6, [%r5];",
-        f"\tmul.lo.s32 %r7, %r3, {8 * PER_KERNEL};", "\tadd.s32 %r8, %r2, %r7;", *body, "\tret;", "}", ""])
+        f"\tshl.b32 %r4, %r3, {size.bit_length() - 1};", "\tadd.s32 %r5, %r1, %r4;",
+        f"\tld.global.u{8 * size} {reg}6, [%r5];",
+        f"\tmul.lo.s32 %r7, %r3, {2 * size * len(ds)};", "\tadd.s32 %r8, %r2, %r7;", *body, "\tret;", "}", ""])
 
 
 def _run(tmp_path: Path, text: str, x: list[int], out_words: int, block: int) -> list[int]:
@@ -78,29 +84,16 @@ def test_div_rem_by_constants_32(tmp_path, kind):
     for g in range(0, len(ds), PER_KERNEL):
         group = ds[g:g + PER_KERNEL]
         x = _dividends(rng, ds)
-        got = _run(tmp_path, _ptx32(kind, group), x, LANES * 2 * PER_KERNEL, LANES)
+        got = _run(tmp_path, _ptx(kind, group), x, LANES * 2 * PER_KERNEL, LANES)
         for t, a in enumerate(x):
             for k, d in enumerate(group):
                 if kind == "u32":
                     want = (a // (d & M32), a % (d & M32))
                 else:
                     want = _c_divmod(a, d & M32, 32)
-                found = tuple(got[t * 2 * PER_KERNEL + 2 * k: t * 2 * PER_KERNEL + 2 * k + 2])
+                at = t * 2 * len(group) + 2 * k
+                found = tuple(got[at:at + 2])
                 assert found == want, f"{kind} {a:#x} / {d}: got q,r {found}, want {want}"
-
-
-def _ptx64(kind: str, ds: list[int]) -> str:
-    body = []
-    for k, d in enumerate(ds):
-        imm = str(d) if kind == "s64" else f"0x{d & M64:X}"
-        body += [f"\tdiv.{kind} %rd{10 + 2 * k}, %rd6, {imm};", f"\tst.global.u64 [%r8+{16 * k}], %rd{10 + 2 * k};",
-                 f"\trem.{kind} %rd{11 + 2 * k}, %rd6, {imm};", f"\tst.global.u64 [%r8+{16 * k + 8}], %rd{11 + 2 * k};"]
-    return "\n".join([
-        ".version 7.0", ".target sm_75", ".address_size 32", "",
-        ".visible .entry k(.param .u32 k_in, .param .u32 k_out)", "{", "\t.reg .b32 %r<20>;", "\t.reg .b64 %rd<30>;",
-        "\tld.param.u32 %r1, [k_in];", "\tld.param.u32 %r2, [k_out];", "\tmov.u32 %r3, %tid.x;",
-        "\tshl.b32 %r4, %r3, 3;", "\tadd.s32 %r5, %r1, %r4;", "\tld.global.u64 %rd6, [%r5];",
-        f"\tmul.lo.s32 %r7, %r3, {16 * len(ds)};", "\tadd.s32 %r8, %r2, %r7;", *body, "\tret;", "}", ""])
 
 
 @pytest.mark.parametrize("kind", ["u64", "s64"])
@@ -113,7 +106,7 @@ def test_div_rem_by_constants_64(tmp_path, kind):
     words = [w for v in x for w in (v & M32, v >> 32)]
     for g in range(0, len(ds), 4):
         group = ds[g:g + 4]
-        got = _run(tmp_path, _ptx64(kind, group), words, len(x) * 4 * len(group), len(x))
+        got = _run(tmp_path, _ptx(kind, group), words, len(x) * 4 * len(group), len(x))
         for t, a in enumerate(x):
             for k, d in enumerate(group):
                 want = (a // (d & M64), a % (d & M64)) if kind == "u64" else _c_divmod(a, d & M64, 64)
