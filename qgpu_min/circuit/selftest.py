@@ -200,7 +200,9 @@ def check_alu(n: int, modes: tuple[str, ...] = ("fp32", "bf16"), seed: int = 0,
 
 def check_memory(tokens: int = 60, modes: tuple[str, ...] = ("fp32", "bf16"), seed: int = 0,
                  shape: BaseShape = BaseShape()) -> list[Check]:
-    """A 16-word RAM with two read ports over a token sequence: compiled reads == IR simulation."""
+    """A 16-word RAM with two read ports over a token sequence: compiled reads == a plain Python model of
+    the memory (a dict of rows: write row a, none, or all rows, then read both ports), which the IR
+    simulation must also give. The dict shares nothing with the circuit or its simulator."""
     rng = np.random.default_rng(seed)
     rows = 16
     c = Circuit("ram")
@@ -212,13 +214,24 @@ def check_memory(tokens: int = 60, modes: tuple[str, ...] = ("fp32", "bf16"), se
     for g in ports[0] + ports[1] + total:
         c.output(g)
     WA = np.concatenate([[rows + 1], rng.integers(0, rows + 1, tokens - 1)])
-    inp = {wa: WA, ra[0]: rng.integers(0, rows, tokens), ra[1]: rng.integers(0, rows, tokens),
-           **word_inputs(wv, rng.integers(0, 2**32, tokens))}
-    state, want = None, []
+    RA = [rng.integers(0, rows, tokens), rng.integers(0, rows, tokens)]
+    WV = rng.integers(0, 2**32, tokens)
+    inp = {wa: WA, ra[0]: RA[0], ra[1]: RA[1], **word_inputs(wv, WV)}
+    ram: dict[int, int] = {}
+    want = []
+    for t in range(tokens):       # element rows: no write; rows + 1: every row
+        for r in (range(rows) if WA[t] == rows + 1 else [int(WA[t])] if WA[t] < rows else []):
+            ram[r] = int(WV[t])
+        a, b = ram[int(RA[0][t])], ram[int(RA[1][t])]
+        want.append([a, b, (a + b) % 2**32])
+    want = np.array(want)
+    state, sim = None, []
     for t in range(tokens):
         vals, state = simulate(c, {g: np.asarray(v)[t:t + 1] for g, v in inp.items()}, state)
-        want.append([word_value(vals, w, 1)[0] for w in (ports[0], ports[1], total)])
-    want = np.array(want)
+        sim.append([word_value(vals, w, 1)[0] for w in (ports[0], ports[1], total)])
+    if not (np.array(sim) == want).all():
+        return [("memory read/write sequence (IR simulation)", False,
+                 f"token {int(np.argmax((np.array(sim) != want).any(1)))} differs from the plain model")]
     p = plan(c, shape)
     layers = emit(p)
     emb = embedding_rows(p, inp)
