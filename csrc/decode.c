@@ -1,6 +1,7 @@
-/* One decode step of a CSR layer (circuit layers) in one C call for its mixer and one for its MLP: the
- * calls the forward pass makes one by one for a token, in its order, with the same kernels (activations.c's
- * exp, SiLU, sigmoid and l2norm included), so the same bits as the unfused path. */
+/* One decode step of a CSR layer (circuit layers) in one C call for its mixer and one for its MLP, and a
+ * whole stack of such layers in one call (qgpu_decode_layers): the calls the forward pass makes one by one
+ * for a token, in its order, with the same kernels (activations.c's exp, SiLU, sigmoid and l2norm
+ * included), so the same bits as the unfused path. */
 #include <math.h>
 #include <string.h>
 
