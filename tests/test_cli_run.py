@@ -203,3 +203,21 @@ def test_template_kernel_is_named_with_its_arguments() -> None:
     out = json.loads(result.output)
     assert out["kernel"] == "scale<-7>"
     assert out["arrays"]["a"] == [1 * -7 - 7, 2 * -7 - 7]
+
+
+def test_first_use_compile_is_announced_on_stderr(monkeypatch) -> None:
+    """A run whose GPU is not compiled yet says so on stderr (it takes seconds), and --json stdout stays one
+    object. The compile itself is the cached one here: load_or_compile is wrapped to report as it would."""
+    from qgpu_min.gpu import backend, cache
+
+    compiled = backend.compiled()                     # the real GPU, compiled or loaded once
+
+    def first_use(spec, progress=None):
+        progress("compiling the GPU (first use) ...")
+        return compiled
+    monkeypatch.setattr(backend, "_COMPILED", {})
+    monkeypatch.setattr(cache, "load_or_compile", first_use)
+    r = qgpu("run", DOT, *DOT_ARGS, "--json")
+    assert r.exit_code == 0, r.output
+    assert "compiling the GPU (first use)" in r.stderr
+    assert json.loads(r.stdout)["arrays"]["out"] == [32]

@@ -51,16 +51,19 @@ def _warp_steps(generated: list[Token]) -> int:
 
 def run_launch(program: Program, memory: list[int], grid: tuple[int, int], block: tuple[int, int],
                step_limit: int | None, mode: str = "fp32", check: bool = False,
-               trace: Callable[[str], None] | None = None, **options: Any) -> BackendRun:
+               trace: Callable[[str], None] | None = None, progress: Callable[[str], None] | None = None,
+               **options: Any) -> BackendRun:
+    """progress(message), when given, hears about long steps before the launch (the first-use compile)."""
     if options:
-        raise LaunchError(f"backend 'circuit' takes mode, check and trace, not {', '.join(sorted(options))}")
+        raise LaunchError(f"backend 'circuit' takes mode, check, trace and progress, not "
+                          f"{', '.join(sorted(options))}")
     if mode not in ("fp32", "bf16"):
         raise LaunchError(f"mode {mode!r}: choose fp32 or bf16")
     spec = SPEC
     grid, block = launch_shape(grid, block, spec)
     check_supported(program, spec)
     toks = prompt(program, memory, block, spec, grid)
-    cg = compiled(spec)
+    cg = compiled(spec, progress)
     ctas = grid[0] * grid[1]
     limit = (step_limit or DEFAULT_STEP_LIMIT) * LANES * TOKENS_PER_LANE_STEP + ctas * spec.warps + 1
     checker = None

@@ -343,7 +343,7 @@ def load_or_compile(spec: GpuSpec = GpuSpec(), shape: BaseShape = BaseShape(), c
     if loaded is not None:
         return CompiledGpu(gc, vocab, p, *loaded)
     if progress is not None:
-        progress("compiling the GPU (first use) ...")
+        progress("compiling the GPU (first use; about 10 s, then cached) ...")
     layers, embed = _emit_checked(gc, vocab, p)
     arrays = entry_arrays(key, layers, embed)
     try:

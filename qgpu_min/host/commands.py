@@ -60,7 +60,8 @@ def _model_options(backend: str, mode: str | None, check: bool, trace: bool) -> 
         if given:
             raise click.UsageError(f"{', '.join(given)} apply to --backend circuit or model, not interp")
         return {}
-    out = {"mode": mode or "fp32", "check": check}
+    # progress on stderr, so --json stdout stays one object: the first use compiles the GPU (seconds)
+    out = {"mode": mode or "fp32", "check": check, "progress": lambda message: click.echo(message, err=True)}
     if trace:
         out["trace"] = lambda name: click.echo(name)
     return out
