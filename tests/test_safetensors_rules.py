@@ -65,3 +65,64 @@ def test_index_shard_names_stay_in_the_folder(tmp_path, shard):
     (tmp_path / INDEX_NAME).write_text(json.dumps({"weight_map": {"w": shard}}))
     with pytest.raises(CheckpointError, match=r"is mapped to .* which is not a file name in the checkpoint folder"):
         checkpoint_files(tmp_path)
+
+
+def _mutate(rng, header: dict) -> dict | str:
+    """One random change a damaged or crafted file could carry."""
+    h = json.loads(json.dumps(header))
+    name = rng.choice([k for k in h if k != "__metadata__"])
+    junk = rng.choice([-1, 0, 1, 3, 2 ** 31, 2 ** 63, 2 ** 64 + 5, 10 ** 30, True, None, "7", 1.5, [], {}, [1, 2]])
+    kind = rng.randrange(9)
+    if kind == 0:
+        h[name]["dtype"] = rng.choice(["F32", "BF16", "I64", "Q4", "", 7, None, ["F32"]])
+    elif kind == 1:
+        h[name]["shape"] = [junk] if rng.random() < 0.5 else h[name]["shape"] + [junk]
+    elif kind == 2:
+        h[name]["data_offsets"][rng.randrange(2)] = junk
+    elif kind == 3:
+        del h[name][rng.choice(["dtype", "shape", "data_offsets"])]
+    elif kind == 4:
+        h[name] = junk
+    elif kind == 5:
+        h["__metadata__"] = rng.choice([{"a": 1}, ["x"], "s", None, {"a": "b"}])
+    elif kind == 6:
+        h[name]["data_offsets"] = [junk, junk]
+    elif kind == 7:
+        raw = json.dumps(h)
+        cut = rng.randrange(len(raw))
+        return raw[:cut] + rng.choice(["", "}", "\x00", "\\ud800", "{{"]) + raw[cut:]
+    else:
+        h[name]["shape"] = [rng.randrange(0, 5) for _ in range(rng.randrange(0, 4))]
+    return h
+
+
+def test_random_header_damage_ends_in_a_clear_error_or_a_consistent_read(tmp_path):
+    """600 random mutations of a valid header (dtypes, shapes, offsets, entries, metadata, raw JSON text):
+    read_header either refuses with a CheckpointError naming the file, or returns tensors whose byte ranges
+    match their dtype and shape, lie in the file and tile its data exactly. Never any other exception."""
+    import random
+
+    from qgpu_min.model.safetensors_io import NUMPY_DTYPES
+
+    rng = random.Random(12)
+    header = {"__metadata__": {"format": "pt"}, "a": _t("F32", [2, 3], 0, 24), "b": _t("BF16", [4], 24, 32),
+              "c": _t("I64", [1], 32, 40)}
+    outcomes = {"refused": 0, "read": 0}
+    for _ in range(600):
+        f = _file(tmp_path, _mutate(rng, header), bytes(40 + rng.choice([0, 0, 0, 4, -8])))
+        try:
+            infos = read_header(f)
+        except CheckpointError as e:
+            assert str(f) in str(e)
+            outcomes["refused"] += 1
+            continue
+        size, spans = f.stat().st_size, []
+        for info in infos.values():
+            n = NUMPY_DTYPES[info.dtype].itemsize
+            for d in info.shape:
+                n *= d
+            assert info.end - info.begin == n and info.end <= size
+            spans.append((info.begin, info.end))
+        assert sum(e - b for b, e in spans) == size - min(b for b, _ in spans)
+        outcomes["read"] += 1
+    assert outcomes["refused"] > 300 and outcomes["read"] > 20, outcomes
