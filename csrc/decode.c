@@ -7,76 +7,76 @@
 
 #include "qgpu_core.h"
 
-static void round_all(float *x, size_t n) { qgpu_round_bf16(x, n); }
-
-static void mlp_in(const float *h, size_t d, const float *w, float eps, int add_zero, int bf16, size_t m,
-                 const int64_t *gp, const int32_t *gi, const uint16_t *gv, const int64_t *up, const int32_t *ui,
-                 const uint16_t *uv, float *h_mid, float *u, float *g, float *p) {
+static void mlp_in(const qgpu_mlp_layer *L, const float *h, int add_zero, float *h_mid, float *u, float *g,
+                   float *p) {
+    size_t d = L->d, m = L->m;
     for (size_t i = 0; i < d; i++) h_mid[i] = add_zero ? h[i] + 0.0f : h[i];
-    if (add_zero && bf16) round_all(h_mid, d);
-    qgpu_rmsnorm(h_mid, 1, d, w, eps, 1, u);
-    if (bf16) round_all(u, d);
+    if (add_zero && L->bf16) qgpu_round_bf16(h_mid, d);
+    qgpu_rmsnorm(h_mid, 1, d, L->w, L->eps, 1, u);
+    if (L->bf16) qgpu_round_bf16(u, d);
     if (!m) return;
-    qgpu_sparse_matmul(m, d, gp, gi, gv, u, 1, g);
-    qgpu_sparse_matmul(m, d, up, ui, uv, u, 1, p);
-    if (bf16) {
-        round_all(g, m);
-        round_all(p, m);
+    qgpu_sparse_matmul(m, d, L->gp, L->gi, L->gv, u, 1, g);
+    qgpu_sparse_matmul(m, d, L->up, L->ui, L->uv, u, 1, p);
+    if (L->bf16) {
+        qgpu_round_bf16(g, m);
+        qgpu_round_bf16(p, m);
     }
 }
 
-static void mlp_out(const float *h_mid, size_t d, int bf16, size_t m, const float *s, const float *p,
-                  const int64_t *dp, const int32_t *di, const uint16_t *dv, float *act, float *y, float *h_out) {
+static void mlp_out(const qgpu_mlp_layer *L, const float *h_mid, const float *s, const float *p, float *act,
+                    float *y, float *h_out) {
+    size_t d = L->d, m = L->m;
+    int bf16 = L->bf16;
     for (size_t i = 0; i < m; i++) act[i] = bf16 ? qgpu_bf16_round(qgpu_bf16_round(s[i]) * p[i]) : s[i] * p[i];
     if (m)
-        qgpu_sparse_matmul(d, m, dp, di, dv, act, 1, y);
+        qgpu_sparse_matmul(d, m, L->dp, L->di, L->dv, act, 1, y);
     else
         memset(y, 0, d * sizeof *y); /* no active unit: every CSR row sums nothing, +0 */
-    if (bf16) round_all(y, d);
+    if (bf16) qgpu_round_bf16(y, d);
     for (size_t i = 0; i < d; i++) h_out[i] = bf16 ? qgpu_bf16_round(h_mid[i] + y[i]) : h_mid[i] + y[i];
 }
 
 /* A DeltaNet mixer's decode step around the delta rule, with CSR projections. First half: u = R(rmsnorm(h,
  * 1 + w)); mixed = R(QKV u), z = R(Z u), b = R(B u), a = R(A u); conv = R(conv_update(state, mixed)) (the
  * conv state shifted in place): the forward pass's calls in its order. */
-static void gdn_in(const float *h, size_t d, const float *w, float eps, int bf16, size_t c, size_t nz, size_t nh,
-                 const int64_t *qp, const int32_t *qi, const uint16_t *qv, const int64_t *zp, const int32_t *zi,
-                 const uint16_t *zv, const int64_t *bp, const int32_t *bi, const uint16_t *bv, const int64_t *ap,
-                 const int32_t *ai, const uint16_t *av, float *conv_state, size_t k, const float *conv_w,
-                 float *u, float *mixed, float *z, float *b, float *a, float *conv) {
-    qgpu_rmsnorm(h, 1, d, w, eps, 1, u);
-    if (bf16) round_all(u, d);
-    qgpu_sparse_matmul(c, d, qp, qi, qv, u, 1, mixed);
-    qgpu_sparse_matmul(nz, d, zp, zi, zv, u, 1, z);
-    qgpu_sparse_matmul(nh, d, bp, bi, bv, u, 1, b);
-    qgpu_sparse_matmul(nh, d, ap, ai, av, u, 1, a);
-    if (bf16) {
-        round_all(mixed, c);
-        round_all(z, nz);
-        round_all(b, nh);
-        round_all(a, nh);
+static void gdn_in(const qgpu_gdn_layer *L, const float *h, float *conv_state, float *u, float *mixed, float *z,
+                   float *b, float *a, float *conv) {
+    size_t d = L->d, nh = L->nv, nz = L->nv * L->dv, c = 2 * L->nk * L->dk + nz;
+    qgpu_rmsnorm(h, 1, d, L->in_norm, L->eps, 1, u);
+    if (L->bf16) qgpu_round_bf16(u, d);
+    qgpu_sparse_matmul(c, d, L->qp, L->qi, L->qv, u, 1, mixed);
+    qgpu_sparse_matmul(nz, d, L->zp, L->zi, L->zv, u, 1, z);
+    qgpu_sparse_matmul(nh, d, L->bp, L->bi, L->bv, u, 1, b);
+    qgpu_sparse_matmul(nh, d, L->ap, L->ai, L->av, u, 1, a);
+    if (L->bf16) {
+        qgpu_round_bf16(mixed, c);
+        qgpu_round_bf16(z, nz);
+        qgpu_round_bf16(b, nh);
+        qgpu_round_bf16(a, nh);
     }
-    qgpu_conv_update(conv_state, c, k, mixed, conv_w, conv);
-    if (bf16) round_all(conv, c);
+    qgpu_conv_update(conv_state, c, L->k, mixed, L->conv_w, conv);
+    if (L->bf16) qgpu_round_bf16(conv, c);
 }
 
 /* Second half, from the delta rule's output o [nv, dv]: o = R(o); fp32: n = gated_rmsnorm(o, z, w); bf16:
  * n = R(R(w * R(rmsnorm(o, ones))) * silu_z) with silu_z = silu(z); y =
  * R(OUT n) (CSR [d, nv * dv]); h_out = R(h + y). ones [dv] holds 1.0f, tmp [nv * dv] is scratch. */
-static void gdn_out(float *o, size_t nv, size_t dv, int bf16, const float *w, float eps, const float *z,
-                  const float *silu_z, const float *ones, float *tmp, size_t d, const int64_t *op,
-                  const int32_t *oi, const uint16_t *ov, const float *h, float *y, float *h_out) {
+static void gdn_out(const qgpu_gdn_layer *L, float *o, const float *z, const float *silu_z, const float *ones,
+                    float *tmp, const float *h, float *y, float *h_out) {
+    size_t nv = L->nv, dv = L->dv, d = L->d;
+    int bf16 = L->bf16;
+    const float *w = L->norm_w;
     size_t n = nv * dv;
     if (bf16) {
-        round_all(o, n);
-        qgpu_rmsnorm(o, nv, dv, ones, eps, 0, tmp);
+        qgpu_round_bf16(o, n);
+        qgpu_rmsnorm(o, nv, dv, ones, L->eps, 0, tmp);
         for (size_t i = 0; i < n; i++)
             tmp[i] = qgpu_bf16_round(qgpu_bf16_round(w[i % dv] * qgpu_bf16_round(tmp[i])) * silu_z[i]);
     } else {
-        qgpu_gated_rmsnorm(o, z, nv, dv, w, eps, tmp);
+        qgpu_gated_rmsnorm(o, z, nv, dv, w, L->eps, tmp);
     }
-    qgpu_sparse_matmul(d, n, op, oi, ov, tmp, 1, y);
-    if (bf16) round_all(y, d);
+    qgpu_sparse_matmul(d, n, L->op, L->oi, L->ov, tmp, 1, y);
+    if (bf16) qgpu_round_bf16(y, d);
     for (size_t i = 0; i < d; i++) h_out[i] = bf16 ? qgpu_bf16_round(h[i] + y[i]) : h[i] + y[i];
 }
 
@@ -86,9 +86,9 @@ size_t qgpu_mlp_scratch(size_t d, size_t m) { return 3 * d + 4 * m; }
 void qgpu_mlp_step(const qgpu_mlp_layer *L, const float *h, int add_zero, float *scratch, float *h_out) {
     size_t d = L->d, m = L->m;
     float *h_mid = scratch, *u = h_mid + d, *y = u + d, *g = y + d, *p = g + m, *s = p + m, *act = s + m;
-    mlp_in(h, d, L->w, L->eps, add_zero, L->bf16, m, L->gp, L->gi, L->gv, L->up, L->ui, L->uv, h_mid, u, g, p);
+    mlp_in(L, h, add_zero, h_mid, u, g, p);
     qgpu_silu(g, m, s);
-    mlp_out(h_mid, d, L->bf16, m, s, p, L->dp, L->di, L->dv, act, y, h_out);
+    mlp_out(L, h_mid, s, p, act, y, h_out);
 }
 
 /* A CSR DeltaNet mixer for one token, h -> h_out = R(h + mixer): gdn_in; the delta rule (c = R(silu(conv)),
@@ -110,13 +110,12 @@ void qgpu_gdn_step(const qgpu_gdn_layer *L, const float *h, float *conv_state, f
     float *qr = kn + kd, *kr = qr + nv * dk, *o = kr + nv * dk, *silu_z = o + n, *tmp = silu_z + n;
     float *ones = tmp + n;
     for (size_t i = 0; i < dv; i++) ones[i] = 1.0f;
-    gdn_in(h, d, L->in_norm, L->eps, bf16, c, n, nv, L->qp, L->qi, L->qv, L->zp, L->zi, L->zv, L->bp, L->bi, L->bv,
-           L->ap, L->ai, L->av, conv_state, L->k, L->conv_w, u, mixed, z, b, a, conv);
+    gdn_in(L, h, conv_state, u, mixed, z, b, a, conv);
     qgpu_silu(conv, c, act);
     qgpu_sigmoid(b, nv, beta);
     if (bf16) {
-        round_all(act, c);
-        round_all(beta, nv);
+        qgpu_round_bf16(act, c);
+        qgpu_round_bf16(beta, nv);
     }
     qgpu_deltanet_gate(a, nv, L->a_log, L->dt_bias, nv, g);
     qgpu_l2norm(act, nk, dk, 1e-6f, L->q_div, qn);
@@ -128,7 +127,7 @@ void qgpu_gdn_step(const qgpu_gdn_layer *L, const float *h, float *conv_state, f
     }
     qgpu_deltanet_step_sparse(S, nv, dk, dv, qr, kr, act + 2 * kd, g, beta, o, clean);
     if (bf16) qgpu_silu(z, n, silu_z);
-    gdn_out(o, nv, dv, bf16, L->norm_w, L->eps, z, silu_z, ones, tmp, d, L->op, L->oi, L->ov, h, y, h_out);
+    gdn_out(L, o, z, silu_z, ones, tmp, h, y, h_out);
 }
 
 /* One token through n CSR DeltaNet layers, as the forward pass runs them one by one: a layer whose mixer is

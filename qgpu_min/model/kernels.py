@@ -552,6 +552,7 @@ class DecodeLayers:
         self._gdn = ffi.new("qgpu_gdn_layer *[]", [s.layer for s in gdn])
         self._mlp = ffi.new("qgpu_mlp_layer *[]", [s.layer for s in mlp])
         self._silent = np.asarray(silent, np.int32)
+        self._silent_ptr = ffi.from_buffer("int32_t[]", self._silent)  # constant: taken once, not per token
         size = 2 * self.d + max(s.scratch_size for s in (*gdn, *mlp))
         self._scratch = np.empty(size + 1, np.float32)
         self._lock = threading.Lock()
@@ -575,7 +576,7 @@ class DecodeLayers:
             raise KernelInputError(f"DecodeLayers: zero must be a contiguous int32 array [{self.n}], "
                                    f"got {describe_arg(zero)}")
         with self._lock:
-            lib.qgpu_decode_layers(self.n, self._gdn, self._mlp, ffi.from_buffer("int32_t[]", self._silent),
+            lib.qgpu_decode_layers(self.n, self._gdn, self._mlp, self._silent_ptr,
                                    ffi.from_buffer("int32_t[]", zero), binding.conv, binding.S, binding.clean,
                                    _floats(h), _floats(self._scratch))
         return h
