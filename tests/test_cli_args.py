@@ -4,9 +4,11 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import click
+import numpy as np
 import pytest
 
-from qgpu_min.host.args import bind_args, default_block, parse_dim, parse_value, signature
+from qgpu_min.host.args import bind_args, parse_dim, parse_value, signature
+from qgpu_min.host.launch import default_block
 
 
 @pytest.mark.parametrize("text, value", [
@@ -86,6 +88,8 @@ def test_bind_args_kind(values, hint: str, message: str) -> None:
 
 
 def test_default_block() -> None:
+    """The CLI and the library share it: one thread per element of the largest array, at most the limit."""
     assert default_block([[1, 2, 3], [0], 3], 32) == (3, 1)
+    assert default_block([np.zeros((4, 5), np.int32), [1]], 32) == (20, 1)
     assert default_block([[0] * 100, 3], 32) == (32, 1)
     assert default_block([3, 4], 32) == (1, 1)

@@ -113,9 +113,3 @@ def parse_dim(text: str, option: str) -> tuple[int, int]:
     if min(dims) < 1:
         raise click.BadParameter(f"{text!r}: every dimension must be at least 1", param_hint=option)
     return dims[0], dims[1]
-
-
-def default_block(values: Sequence[Value], max_threads: int) -> tuple[int, int]:
-    """One thread per element of the largest array argument, at most `max_threads` (1 if no arrays)."""
-    longest = max((len(v) for v in values if isinstance(v, list)), default=1)
-    return min(longest, max_threads), 1

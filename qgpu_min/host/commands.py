@@ -16,7 +16,7 @@ import click
 
 from ..errors import QgpuError
 from ..machine.isa import DEFAULT_STEP_LIMIT, MAX_THREADS_PER_CTA
-from .args import bind_args, default_block, parse_dim, parse_value
+from .args import bind_args, parse_dim, parse_value
 
 BACKENDS = ("interp", "model", "circuit")
 # DESIGN §1: a run answers from the GPU in the weights; the interpreter (the oracle --check replays) stays
@@ -114,7 +114,6 @@ def run(source: Path, arg_texts: tuple[str, ...], kernel: str | None, grid: tupl
     compiled = compile_kernel(source, kernel=kernel, compiler=compiler)
     _warn(compiled.warnings)
     args = bind_args(values, compiled.params, compiled.name)
-    block = block or default_block(values, MAX_THREADS_PER_CTA)
     options = _model_options(backend, mode, check, trace and not as_json)
     result = launch(compiled, args, grid=grid, block=block, backend=backend, step_limit=step_limit, **options)
     arrays = {name: _ints(v) for name, v in result.arrays.items()}

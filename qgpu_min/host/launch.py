@@ -26,7 +26,7 @@ from ..cuda.lower_ir import MemoryLayout
 from ..cuda.ptx import demangle, parse_ptx, select_kernel
 from ..errors import QgpuError
 from ..machine import interp
-from ..machine.isa import (LANES, MACHINE_FORMAT, MEM_WORDS, N_PRE, BlockFormat, CapacityError, Program,
+from ..machine.isa import (MACHINE_FORMAT, MAX_THREADS_PER_CTA, MEM_WORDS, N_PRE, BlockFormat, CapacityError, Program,
                            format_program)
 # LaunchError and BACKENDS live with the backend interface (backends raise LaunchError); callers import them from here
 from .backend import BACKENDS, BackendFn, BackendRun, LaunchError, load_backend
@@ -263,12 +263,13 @@ def _where(kernel: CompiledKernel, block: int) -> str:
 
 
 class ArraySlot(NamedTuple):
-    """Where a pointer argument's array lies in the launch's memory."""
+    """Where a pointer argument's array lies in the launch's memory, and how it was given."""
     name: str
     base: int              # byte address
     count: int             # elements
     signed: bool
     elem_bytes: int        # 1, 2, 4 or 8
+    given: np.ndarray | None = None     # the NumPy argument (its shape and dtype come back); None for a list
 
 
 @dataclass
@@ -310,14 +311,30 @@ def build_image(kernel: CompiledKernel, args: list, block: tuple[int, int]) -> L
     return LaunchImage(_bind(kernel.program, values, addr), words, arrays)
 
 
+def _elements(p: ParamInfo, a) -> tuple[list, np.ndarray | None]:
+    """A pointer argument's elements in row-major order, and the argument itself when it is a NumPy array."""
+    if isinstance(a, (int, np.integer)):
+        raise LaunchError(f"argument {p.name} is a pointer: pass a list of integers or an integer NumPy array, "
+                          f"not {a}")
+    if not isinstance(a, np.ndarray):
+        return list(a), None
+    if a.dtype.kind not in "iu":
+        raise LaunchError(f"argument {p.name}: a NumPy array of dtype {a.dtype} is not an integer array; pass an "
+                          f"integer dtype (e.g. np.int32), converting it yourself if it holds whole numbers")
+    if a.size == 0:
+        raise LaunchError(f"argument {p.name}: an empty array has no words to point to; give at least one element")
+    return np.ascontiguousarray(a).ravel().tolist(), a
+
+
 def _place_array(p: ParamInfo, a, addr: int, frames: int, mem_bytes: bytearray) -> ArraySlot:
     """Write a pointer argument's elements at byte ``addr``, checking each value and that the thread frames
     (``frames`` bytes at the top) still fit after it."""
-    if isinstance(a, (int, np.integer)):
-        raise LaunchError(f"argument {p.name} is a pointer: pass a list of integers, not {a}")
+    values, given = _elements(p, a)
     e = p.elem_bytes
     lo, hi = -(1 << (min(8 * e, 32) - 1)), 1 << min(8 * e, 32)
-    items = [_check_value(v, lo, hi, f"argument {p.name}[{i}]") for i, v in enumerate(a)]
+    if e == 8:
+        lo, hi = -(1 << 63), 1 << 64
+    items = [_check_value(v, lo, hi, f"argument {p.name}[{i}]") for i, v in enumerate(values)]
     size = (len(items) * e + 3) // 4 * 4
     if addr + size + frames > MEM_WORDS * 4:
         need = (addr + size + frames) // 4
@@ -326,23 +343,37 @@ def _place_array(p: ParamInfo, a, addr: int, frames: int, mem_bytes: bytearray) 
                             f"(over by {need - MEM_WORDS})")
     for i, v in enumerate(items):
         mem_bytes[addr + i * e: addr + (i + 1) * e] = (v & ((1 << 8 * e) - 1)).to_bytes(e, "little")
-    return ArraySlot(p.name, addr, len(items), p.signed, e)
+    return ArraySlot(p.name, addr, len(items), p.signed, e, given)
 
 
 def read_arrays(memory: list[int], arrays: list[ArraySlot]) -> dict[str, np.ndarray]:
-    """The arrays' values in a final memory image, as int64 with each parameter's signedness."""
+    """The arrays' values in a final memory image. An array given as a list comes back 1-D, as int64 with the
+    parameter's signedness (uint64 for an unsigned 64-bit one); one given as a NumPy array comes back in its
+    shape and dtype (``_as_given``)."""
     out_bytes = np.array(memory, dtype="<u4").tobytes()
     out = {}
-    for name, base, n, signed, e in arrays:
-        if e == 8:
-            out[name] = np.frombuffer(out_bytes[base: base + n * e], dtype="<i8" if signed else "<u8").copy()
-            continue
-        raw = np.frombuffer(out_bytes[base: base + n * e], dtype={1: "<u1", 2: "<u2", 4: "<u4"}[e])
-        vals = raw.astype(np.int64)
-        if signed:
-            vals = np.where(vals >> (8 * e - 1), vals - (1 << (8 * e)), vals)
-        out[name] = vals
+    for name, base, n, signed, e, given in arrays:
+        raw = np.frombuffer(out_bytes[base: base + n * e], dtype=f"<{'i' if signed else 'u'}{e}")
+        vals = raw.copy() if e == 8 else raw.astype(np.int64)
+        out[name] = vals if given is None else _as_given(name, vals, given, signed, e)
     return out
+
+
+def _as_given(name: str, vals: np.ndarray, given: np.ndarray, signed: bool, e: int) -> np.ndarray:
+    """The kernel's elements in the argument's shape and dtype. Of the same width, the bits come back (what
+    cudaMemcpy does: an int32 array under an `unsigned*` parameter reads 0xFFFFFFFF as -1); of another width,
+    the values, and a value the dtype cannot hold is an error naming it, never wrapped silently."""
+    if given.dtype.itemsize == e:
+        return vals.astype(f"<{'i' if signed else 'u'}{e}").view(given.dtype.newbyteorder("<")) \
+                   .astype(given.dtype).reshape(given.shape)
+    info = np.iinfo(given.dtype)
+    bad = [k for k, v in enumerate(vals.tolist()) if not info.min <= v <= info.max]
+    if bad:
+        k = bad[0]
+        raise LaunchError(f"argument {name}: the kernel left {int(vals[k])} in element {k}, which dtype "
+                          f"{given.dtype} cannot hold; pass an array of dtype {'' if signed else 'u'}int{8 * e} "
+                          f"(the kernel's element type) or a wider one")
+    return vals.astype(given.dtype).reshape(given.shape)
 
 
 def _run_backend(run_launch: BackendFn, backend: str, kernel: CompiledKernel, image: LaunchImage,
@@ -369,12 +400,23 @@ def for_format(kernel: CompiledKernel, fmt: BlockFormat) -> CompiledKernel:
     return replace(kernel, program=lowered.program, memory=lowered.layout, fmt=fmt)
 
 
-def launch(kernel: CompiledKernel, args: list, grid=(1, 1), block=(LANES, 1), backend: str = "interp",
+def default_block(args: list, max_threads: int = MAX_THREADS_PER_CTA) -> tuple[int, int]:
+    """The block of a launch that names none (the CLI's too): one thread per element of the largest array
+    argument, at most ``max_threads``; one thread if no argument is an array."""
+    sizes = [a.size if isinstance(a, np.ndarray) else len(a) for a in args
+             if not isinstance(a, (int, np.integer)) and hasattr(a, "__len__")]
+    return min(max(sizes, default=1), max_threads), 1
+
+
+def launch(kernel: CompiledKernel, args: list, grid=(1, 1), block=None, backend: str = "interp",
            step_limit: int | None = None, **backend_options: Any) -> LaunchResult:
     """Run the kernel; returns the arrays of its pointer parameters read back after the launch.
 
-    ``backend_options`` go to the backend unchanged (e.g. mode='bf16' for 'circuit'); 'interp' takes none.
-    A backend whose function carries a ``block_format`` gets the kernel lowered for that format.
+    ``args``: one per kernel parameter, in order: an integer for a scalar; for a pointer a list of integers
+    or an integer NumPy array of any shape (row-major), which comes back in its shape and dtype.
+    ``block`` defaults as on the command line (``default_block``). ``backend_options`` go to the backend
+    unchanged (e.g. mode='bf16' for 'circuit'); 'interp' takes none. A backend whose function carries a
+    ``block_format`` gets the kernel lowered for that format.
     """
     run_launch = load_backend(backend)      # an unknown backend is reported before the arguments are looked at
     fmt = getattr(run_launch, "block_format", None)
@@ -384,7 +426,7 @@ def launch(kernel: CompiledKernel, args: list, grid=(1, 1), block=(LANES, 1), ba
         except CapacityError as e:      # say which target's limit it is: the interpreter would run it
             raise CapacityError(f"backend {backend!r} cannot run this kernel: {e} (its block format is not the "
                                 f"interpreter's: --backend interp may run it)") from None
-    grid, block = _shape(grid, "grid"), _shape(block, "block")
+    grid, block = _shape(grid, "grid"), _shape(default_block(args) if block is None else block, "block")
     image = build_image(kernel, args, block)
     run = _run_backend(run_launch, backend, kernel, image, grid, block, step_limit, backend_options)
     return LaunchResult(kernel.name, grid, block, backend, read_arrays(run.memory, image.arrays), dict(run.tokens),
