@@ -15,37 +15,23 @@ command do not pay for the compiler, NumPy or the model.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from .lazy import lazy_exports
 
 __version__ = "0.1.0"
 
-# public name -> (module, attribute)
-_EXPORTS: dict[str, tuple[str, str]] = {
-    "compile": ("qgpu_min.host.launch", "compile_kernel"),
-    "compile_kernel": ("qgpu_min.host.launch", "compile_kernel"),
-    "launch": ("qgpu_min.host.launch", "launch"),
-    "CompiledKernel": ("qgpu_min.host.launch", "CompiledKernel"),
-    "LaunchResult": ("qgpu_min.host.launch", "LaunchResult"),
-    "QgpuError": ("qgpu_min.errors", "QgpuError"),
-    "LaunchError": ("qgpu_min.host.backend", "LaunchError"),
-    "CapacityError": ("qgpu_min.machine.isa", "CapacityError"),
-    "MachineError": ("qgpu_min.machine.isa", "MachineError"),
-    "MemoryFault": ("qgpu_min.machine.interp", "MemoryFault"),
-    "StepLimitError": ("qgpu_min.machine.interp", "StepLimitError"),
-    "CudaCompileError": ("qgpu_min.cuda.compiler", "CudaCompileError"),
+_EXPORTS = {
+    "compile": (".host.launch", "compile_kernel"),
+    "compile_kernel": (".host.launch", "compile_kernel"),
+    "launch": (".host.launch", "launch"),
+    "CompiledKernel": (".host.launch", "CompiledKernel"),
+    "LaunchResult": (".host.launch", "LaunchResult"),
+    "QgpuError": (".errors", "QgpuError"),
+    "LaunchError": (".host.backend", "LaunchError"),
+    "CapacityError": (".machine.isa", "CapacityError"),
+    "MachineError": (".machine.isa", "MachineError"),
+    "MemoryFault": (".machine.interp", "MemoryFault"),
+    "StepLimitError": (".machine.interp", "StepLimitError"),
+    "CudaCompileError": (".cuda.compiler", "CudaCompileError"),
 }
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 __all__ = ["__version__", *_EXPORTS]
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'qgpu_min' has no attribute {name!r}")
-    module, attribute = _EXPORTS[name]
-    value = getattr(importlib.import_module(module), attribute)
-    globals()[name] = value         # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))

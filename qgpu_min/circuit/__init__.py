@@ -5,11 +5,16 @@
     p = plan(c, BaseShape()); layers = emit(p)       # schedule + layout, then Qwen3.5 layer weights
     values, state = simulate(c, {...})               # exact integer reference
 """
-from .compile import BaseShape, LayerWeights, Mute, OutputCode, Plan, add_mute, check_exact_weights, emit, plan
-from .ir import Circuit, CircuitError, Group, bit_not, const_bit, const_word
-from .margin import static_check, text_gate_check
-from .sim import simulate
+from ..lazy import lazy_exports
 
-__all__ = ["BaseShape", "Circuit", "CircuitError", "Group", "LayerWeights", "Mute", "OutputCode", "Plan",
-           "add_mute", "bit_not", "check_exact_weights", "const_bit", "const_word", "emit", "plan",
-           "simulate", "static_check", "text_gate_check"]
+# name -> its module; loaded on first use, so `qgpu-min --help` does not compile anything
+_HOMES = {
+    ".compile": ["BaseShape", "LayerWeights", "Mute", "OutputCode", "Plan", "add_mute", "check_exact_weights",
+                 "emit", "plan"],
+    ".ir": ["Circuit", "CircuitError", "Group", "bit_not", "const_bit", "const_word"],
+    ".margin": ["static_check", "text_gate_check"],
+    ".sim": ["simulate"],
+}
+__all__ = sorted(name for names in _HOMES.values() for name in names)
+__getattr__, __dir__ = lazy_exports(__name__, {name: (module, name) for module, names in _HOMES.items()
+                                               for name in names})

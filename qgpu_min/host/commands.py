@@ -16,6 +16,7 @@ import click
 
 from ..errors import QgpuError
 from ..machine.isa import DEFAULT_STEP_LIMIT, MAX_THREADS_PER_CTA
+from ..model.modes import MODES
 from .args import bind_args, parse_dim, parse_value
 
 BACKENDS = ("interp", "model", "circuit")
@@ -85,7 +86,7 @@ def _ints(values) -> list[int]:
               help="circuit: the GPU compiled into Qwen3.5 layers (no base model; compiled on first use and "
                    "cached). interp: the reference interpreter (what --check replays). model: the merged "
                    "checkpoint (not built yet).")
-@click.option("--mode", type=click.Choice(["fp32", "bf16"]), help="circuit/model: activations in fp32 "
+@click.option("--mode", type=click.Choice(MODES), help="circuit/model: activations in fp32 "
               "(default) or rounded to bf16 after every op, as torch does.")
 @click.option("--check", is_flag=True, help="circuit/model: replay on the interpreter and compare every "
               "generated token, register and memory word; the first difference is an error.")

@@ -7,8 +7,7 @@ import sys
 import click
 
 from ..errors import QgpuError
-from .forward import MODES, load_model
-from .generate import Sampling, default_sampling, generate_ids, prompt_ids, result, stream_text
+from .modes import MODES
 
 
 @click.command("generate")
@@ -31,6 +30,9 @@ def generate_command(model_dir: str, prompt: str, max_new_tokens: int, greedy: b
                      top_p: float | None, top_k: int | None, seed: int | None, raw: bool, think: bool,
                      mode: str, as_json: bool) -> None:
     """Generate text for PROMPT (a user message, or raw text with --raw)."""
+    from .forward import load_model      # here, so that other commands' start does not load the model
+    from .generate import Sampling, default_sampling, generate_ids, prompt_ids, result, stream_text
+
     try:
         model = load_model(model_dir, mode=mode)
         d = default_sampling(model)

@@ -24,9 +24,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from huggingface_hub import HfApi, constants, hf_hub_download
-from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
-
 from .errors import CheckpointError
 from .safetensors_io import INDEX_NAME, SINGLE_NAME
 
@@ -81,6 +78,10 @@ def fetch_model(
     `local_files_only` (or HF_HUB_OFFLINE=1) never touches the network: the cached snapshot must be complete.
     Raises FetchError naming the repository, revision and file on any failure or mismatch.
     """
+    # huggingface_hub costs ~0.4 s to import: only a fetch pays it, not every start of the CLI
+    from huggingface_hub import HfApi, constants
+    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
+
     cache = Path(cache_dir).expanduser().resolve() if cache_dir is not None else Path(constants.HF_HUB_CACHE)
     say = log or (lambda _msg: None)
     if local_files_only or constants.is_offline_mode():
@@ -105,6 +106,8 @@ def fetch_model(
 
 
 def _download(repo_id: str, commit: str, siblings: list, cache: Path, endpoint: str | None, say: Log) -> Path:
+    from huggingface_hub import hf_hub_download
+
     remote = {s.rfilename: _remote_record(s) for s in siblings}
     known = KNOWN_SHA256.get((repo_id, commit), {})
     for name in REQUIRED_FILES:

@@ -38,6 +38,7 @@ from . import kernels
 from .bf16 import bf16_to_f32, round_bf16
 from .config import TextConfig, load_config, parse_config
 from .errors import ModelInputError
+from .modes import MODES
 from .weights import Weights, load_weights, weights_from_arrays
 
 if TYPE_CHECKING:  # the tokenizers library is imported only when a tokenizer is loaded
@@ -45,7 +46,6 @@ if TYPE_CHECKING:  # the tokenizers library is imported only when a tokenizer is
 
 TokenIds = Sequence[int] | np.ndarray  # 1-D, checked by Model._check_ids
 
-MODES = ("fp32", "bf16")
 ATTENTION_BLOCK = 256  # prefill queries attended at a time
 F32_VECTORS = ("A_log", "gdn_norm")  # stored F32 in the published checkpoint
 # An LM head with at most this fraction of nonzero SIMD chunks is multiplied chunk-sparse (Model.chunked_head):
