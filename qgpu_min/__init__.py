@@ -31,6 +31,7 @@ _EXPORTS = {
     "MachineError": (".machine.isa", "MachineError"),
     "MemoryFault": (".machine.interp", "MemoryFault"),
     "StepLimitError": (".machine.interp", "StepLimitError"),
+    "MemcheckError": (".machine.memcheck", "MemcheckError"),
     "CudaCompileError": (".cuda.compiler", "CudaCompileError"),
 }
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

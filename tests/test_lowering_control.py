@@ -174,13 +174,13 @@ def test_2d_grid_matmul(compiler):
 
 def test_printf_is_rejected_by_name():
     src = '#include <cstdio>\n__global__ void k(int *a) { printf("%d", a[0]); }'
-    with pytest.raises(LoweringError, match=r"vprintf.* at line \d+: printf is not supported"):
+    with pytest.raises(LoweringError, match=r"vprintf.* at PTX line \d+: printf is not supported"):
         compile_kernel(src, compiler="zig")
 
 
 def test_float_kernel_is_rejected_with_line():
     src = "__global__ void f(float *x) { x[threadIdx.x] = x[threadIdx.x] * 2.5f; }"
-    with pytest.raises(LoweringError, match=r"unsupported instruction `mul\.f32 .*` at line \d+"):
+    with pytest.raises(LoweringError, match=r"unsupported instruction `mul\.f32 .*` at PTX line \d+"):
         compile_kernel(src, compiler="zig")
 
 

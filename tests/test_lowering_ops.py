@@ -440,6 +440,6 @@ __global__ void rsel(const int *a, const int *b, int *o, int n) {
 
 def test_prmt_with_a_run_time_selector_is_a_clear_error():
     from qgpu_min.cuda.lower_ir import LoweringError
-    with pytest.raises(LoweringError, match=r"unsupported instruction `prmt\.b32 .*` at line \d+: the selector %r\d+ "
+    with pytest.raises(LoweringError, match=r"unsupported instruction `prmt\.b32 .*` at PTX line \d+: the selector %r\d+ "
                                             r"is not a known constant"):
         compile_kernel(RUNTIME_SEL, compiler="zig")

@@ -520,12 +520,12 @@ def test_user_kernel_cli(case: UCase, compiler: str) -> None:
 # (source file, kernel, args, grid, block, regex the message must match)
 ERRORS = [
     ("bad_inputs.cu", "uses_float", [[1, 2, 3], [0, 0, 0], 3], (1, 1), (4, 1),
-     r"unsupported instruction `cvt\.rn\.f32\.s32 .*` at line \d+: floating point is not supported"),
+     r"unsupported instruction `cvt\.rn\.f32\.s32 .*` at PTX line \d+: floating point is not supported"),
     ("bad_inputs.cu", "big_shared", [[0] * 32], (1, 1), (32, 1),
      r"need 2048 words of memory; the machine has 1024 \(over by 1024\)"),
     ("bad_inputs.cu", "spin_forever", [[0, 0]], (1, 1), (2, 1),
      r"did not halt within the step limit of 3000 .*CTA 0 \(0, 0\), warp 0, block B\d+ \(lanes \[0, 1\] live\)"),
-    ("debug_print.cu", None, [[0] * 4], (1, 1), (4, 1), r"`call\.uni .*vprintf.*` at line \d+: .*printf"),
+    ("debug_print.cu", None, [[0] * 4], (1, 1), (4, 1), r"`call\.uni .*vprintf.*` at PTX line \d+: .*printf"),
     ("recursion.cu", "rec_binom", [[5], [2], [0], 1], (1, 1), (1, 1), r"_Z5binomii.*nested deeper than 8 \(recursion\?\)"),
     ("fizzbuzz.cu", None, [[0] * 64, 64], (1, 1), (64, 1), r"64 threads exceeds the machine's 32 threads per CTA \(over by 32\)"),
     ("fizzbuzz.cu", None, [[0] * 65, 65], (65, 1), (1, 1), r"65 CTAs exceeds the machine's 64 CTAs per launch \(over by 1\)"),
@@ -553,14 +553,15 @@ def test_step_limit_names_ptx_line_and_causes(compiler) -> None:
     with pytest.raises(StepLimitError) as e:
         launch(k, [[0], [0], [1, 2, 3, 4], 4], block=4, step_limit=2000)
     line = int(re.search(r"PTX line (\d+): `", str(e.value)).group(1))
-    assert re.search(r"block B\d+ .*PTX line \d+: `.+`\. Likely causes: a spin lock .* ONE warp.*32-lane warps.*"
-                     r"one lane per warp.*--step-limit", str(e.value)), str(e.value)
-    # the named line is in the spin loop: the CAS follows it before a branch back to a label above it
+    assert re.search(r"block B\d+ .*PTX line \d+: `.+` \(source mutex.cu:\d+: `while \(atomicCAS\(lock, 0, 1\) "
+                     r"!= 0\) \{ \}`\)\. Likely causes: a spin lock .* ONE warp.*32-lane warps.*one lane per warp.*"
+                     r"--step-limit", str(e.value)), str(e.value)
+    # the named line is the spin loop's branch back: to a label above it, with the CAS in between
     text = k.ptx.splitlines()
-    bra = next(i for i in range(line - 1, len(text)) if " bra" in text[i])
-    assert any(".cas" in t for t in text[line - 1:bra]), text[line - 1:bra + 1]
-    target = text[bra].split()[-1].rstrip(";")
-    assert any(t.split("//")[0].strip() == target + ":" for t in text[:line]), (target, line)
+    assert " bra" in text[line - 1], text[line - 1]
+    target = text[line - 1].split()[-1].rstrip(";")
+    label = max(i for i, t in enumerate(text[:line]) if t.split("//")[0].strip() == target + ":")
+    assert any(".cas" in t for t in text[label:line]), text[label:line]
 
 
 SPIN_PTX = """.version 7.0
@@ -585,8 +586,8 @@ ret;
 
 def test_step_limit_names_cuda_line_from_loc() -> None:
     k = compile_kernel(SPIN_PTX)
-    with pytest.raises(StepLimitError, match=r"PTX line 13: `ld\.volatile\.global\.u32 %r1, \[%rd1\];` "
-                                             r"\(source spin\.cu:7\)\. Likely causes"):
+    with pytest.raises(StepLimitError, match=r"PTX line 15: `@%p1 bra \$L__BB0_1;` \(source spin\.cu:7\)\. "
+                                             r"Likely causes"):
         launch(k, [[0]], block=1, step_limit=100)
 
 

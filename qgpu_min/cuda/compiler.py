@@ -154,13 +154,15 @@ def clang_flags(cuda_path: Path) -> list[str]:
         # shfl.sync needs PTX 6.3; without a CUDA SDK clang would not enable it
         "-Xclang", "-target-feature", "-Xclang", "+ptx63",
         "--target=i686-linux-gnu", "-O2", "-S",
+        # `.loc` line tables, so errors can name the CUDA source line (no effect on the code)
+        "-gline-tables-only",
         # switch statements as compare chains, not brx.idx jump tables
         "-fno-jump-tables",
     ]
 
 
 def nvcc_flags() -> list[str]:
-    return ["--ptx", f"-arch={GPU_ARCH}", "-O2", "-x", "cu"]
+    return ["--ptx", f"-arch={GPU_ARCH}", "-O2", "-lineinfo", "-x", "cu"]
 
 
 def _command(compiler: Compiler, src: str, out: str, workdir: Path) -> list[str]:

@@ -44,8 +44,10 @@ def _align(x: int, a: int) -> int:
     return (x + a - 1) // a * a
 
 
-def memory_layout(module: PtxModule, kernel: Function) -> MemoryLayout:
-    lay = MemoryLayout({}, {})
+def memory_layout(module: PtxModule, kernel: Function, redzone: int = 0) -> MemoryLayout:
+    """The kernel's variables: .global/.const/.shared from address 0 (``redzone`` unused bytes before each
+    and after the last, so that --memcheck sees an access that runs off one), .local in the frame."""
+    lay = MemoryLayout({}, {}, redzone=redzone)
     addr = 0
     decls = [d for d in module.globals if d.space in ("global", "const")] + \
             [d for d in module.globals + kernel.decls if d.space == "shared"]
@@ -53,7 +55,7 @@ def memory_layout(module: PtxModule, kernel: Function) -> MemoryLayout:
         if d.count == 0:            # extern __shared__: placed by the launch, after the arrays
             lay.dynamic_shared.add(d.name)
             continue
-        addr = _align(addr, max(d.align, 4))
+        addr = _align(addr + redzone, max(d.align, 4))
         size = d.elem_bytes * d.count
         lay.symbols[d.name] = addr
         lay.entries.append((d.space, d.name, addr, size))
@@ -61,14 +63,12 @@ def memory_layout(module: PtxModule, kernel: Function) -> MemoryLayout:
             for k in range(d.elem_bytes):
                 lay.init[addr + i * d.elem_bytes + k] = (v >> (8 * k)) & 0xFF
         addr += size
-    frame = 0
+    if lay.entries:
+        addr += redzone
     for d in kernel.decls:
         if d.space == "local":
-            frame = _align(frame, max(d.align, 4))
-            lay.local_depot[d.name] = frame
-            frame += d.elem_bytes * d.count
+            lay.place_local(d.name, d.align, d.elem_bytes * d.count)
     lay.static_bytes = _align(addr, 4)
-    lay.local_bytes = lay.frame_bytes = _align(frame, 4)
     if lay.static_bytes + lay.frame_bytes > MEM_WORDS * 4:
         words = (lay.static_bytes + lay.frame_bytes) // 4
         raise CapacityError(f"the kernel's variables need {words} words of memory; the machine has {MEM_WORDS} "
@@ -340,9 +340,10 @@ def _branch_reg(term: V, colour: dict[str, int]) -> int:
     return colour[term.a] if term.op == "BR" and term.a != RZ else ZERO
 
 
-def lower(module: PtxModule, kernel: Function, fmt: BlockFormat = MACHINE_FORMAT) -> Lowered:
-    """The machine program for ``kernel``; every block obeys ``fmt`` (default: the machine's own format)."""
-    lay = memory_layout(module, kernel)
+def lower(module: PtxModule, kernel: Function, fmt: BlockFormat = MACHINE_FORMAT, redzone: int = 0) -> Lowered:
+    """The machine program for ``kernel``; every block obeys ``fmt`` (default: the machine's own format).
+    ``redzone``: memory_layout's gaps around the variables (--memcheck)."""
+    lay = memory_layout(module, kernel, redzone)
     code = expand_missing_ops(Lowerer(module, kernel, lay).lower_kernel(), fmt)
     blocks = thread_jumps(build_blocks(code))
     if fmt.writeback_cost:
@@ -389,7 +390,8 @@ def lower(module: PtxModule, kernel: Function, fmt: BlockFormat = MACHINE_FORMAT
             used = [x for x in pre + post + [mem] if x is not None]
             lines = sorted({v.line for _, v in used if v.line})
             blk = Block(_slot_instrs(pre), mem[0] if mem else None, _slot_instrs(post),
-                        note=("PTX lines " + ",".join(map(str, lines))) if lines else "", lines=tuple(lines))
+                        note=("PTX lines " + ",".join(map(str, lines))) if lines else "", lines=tuple(lines),
+                        mem_line=mem[1].line if mem else 0)
             idx = len(machine)
             for slot, x in list(enumerate(pre)) + [(N_PRE + 1 + j, x) for j, x in enumerate(post)]:
                 if x is not None and x[1].param is not None:
@@ -402,6 +404,7 @@ def lower(module: PtxModule, kernel: Function, fmt: BlockFormat = MACHINE_FORMAT
             machine.append(Block(term=Term("JMP")))          # continuation of the barrier
             fixups.append((len(machine) - 1, V("JMP", t=bb.term.t)))
     for idx, t in fixups:
+        machine[idx].term_line = t.line
         if t.op == "JMP":
             machine[idx].term = Term("JMP", taken=start[t.t])
         elif t.op == "BR":

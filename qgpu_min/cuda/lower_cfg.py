@@ -48,6 +48,8 @@ def build_blocks(code: list[V]) -> dict[str, BB]:
         if v.op == "LABEL":
             if cur is not None and cur.term is None:
                 cur.term = V("JMP", t=v.t, line=v.line)
+            elif cur is not None and cur.term.op == "BAR" and not cur.term.t:    # a barrier right before a label
+                cur.term.t = v.t
             cur = start(v.t)
             continue
         if cur is None or cur.term is not None:
@@ -62,7 +64,7 @@ def build_blocks(code: list[V]) -> dict[str, BB]:
             cur.ops.append(v)
     if cur is not None and cur.term is None:
         cur.term = V("EXIT", line=cur.ops[-1].line if cur.ops else 0)
-    for b in blocks.values():
+    for b in list(blocks.values()):
         if b.term.op == "BAR" and not b.term.t:
             n += 1
             tail = BB(f"$bb{n}", [], V("EXIT", line=b.term.line))

@@ -57,6 +57,15 @@ class MemoryLayout:
     init: dict[int, int] = field(default_factory=dict)   # byte address -> initial byte
     entries: list[tuple[str, str, int, int]] = field(default_factory=list)   # (space, name, address, bytes)
     dynamic_shared: set[str] = field(default_factory=set)     # extern __shared__ arrays (one region)
+    local_sizes: dict[str, int] = field(default_factory=dict)  # .local variable -> its bytes
+    redzone: int = 0                  # bytes left unused before each variable and after the last (--memcheck)
+
+    def place_local(self, name: str, align: int, nbytes: int) -> None:
+        """Give a .local variable (the kernel's or an inlined callee's) the next aligned offset of the frame."""
+        a = max(align, 4)
+        start = -(-self.frame_bytes // a) * a
+        self.local_depot[name], self.local_sizes[name] = start, nbytes
+        self.frame_bytes = self.local_bytes = -(-(start + nbytes) // 4) * 4
 
 
 def instr_width(ins: Instr) -> int | None:
@@ -69,4 +78,4 @@ def instr_type(ins: Instr) -> tuple[str, int]:
     for m in reversed(ins.mods):
         if m in INT_TYPES:
             return ("p" if m == "pred" else m[0]), type_width(m)
-    raise LoweringError(f"no integer type in `{ins.text}` at line {ins.line}")
+    raise LoweringError(f"no integer type in `{ins.text}` at PTX line {ins.line}")

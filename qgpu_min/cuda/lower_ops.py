@@ -63,7 +63,7 @@ class Lowerer(WideOps, BitOps, MemOps):
     # ---- emission helpers ---------------------------------------------------------------
     def err(self, why: str) -> LoweringError:
         ins = self.ins
-        return LoweringError(f"unsupported instruction `{ins.text}` at line {ins.line}: {why}" if ins
+        return LoweringError(f"unsupported instruction `{ins.text}` at PTX line {ins.line}: {why}" if ins
                              else why)
 
     def tmp(self) -> str:
@@ -359,9 +359,7 @@ class Lowerer(WideOps, BitOps, MemOps):
         lay = self.layout
         for decl in callee.decls:   # the callee's .local variables join the thread's frame
             if decl.space == "local" and decl.name not in lay.local_depot:
-                start = -(-lay.frame_bytes // max(decl.align, 4)) * max(decl.align, 4)
-                lay.local_depot[decl.name] = start
-                lay.frame_bytes = lay.local_bytes = -(-(start + decl.elem_bytes * decl.count) // 4) * 4
+                lay.place_local(decl.name, decl.align, decl.elem_bytes * decl.count)
         self.n_calls += 1
         scope = Scope(callee, f"@{self.n_calls}{self.scope.prefix}")
         for p, a in zip(callee.params, args.items):

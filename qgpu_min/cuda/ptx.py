@@ -815,12 +815,16 @@ def _skip_template_args(mangled: str, i: int) -> int:
 def demangle(name: str, template_args: bool = False) -> str:
     """Name of an Itanium-mangled function: `_Z4manyPiPjij` -> 'many', `_ZN2ns3fooEv` -> 'ns::foo'.
 
-    Parameter types are not recovered. Template arguments are dropped (`_Z5scaleILi3EEvPii` -> 'scale'),
+    A function's static variable reads as c++filt writes it without the parameter types:
+    `_ZZ10block_scanPiiE4temp` -> 'block_scan::temp'. Parameter types are not recovered. Template arguments are dropped (`_Z5scaleILi3EEvPii` -> 'scale'),
     or with `template_args` kept as c++filt writes them ('scale<3>') where they are integer literals or
     simple types; names that are not mangled, or not understood, come back unchanged.
     """
     if not name.startswith("_Z"):
         return name
+    local = re.fullmatch(r"_ZZ(.+)E(\d+)(\w+)", name)    # a function's static variable: `_ZZ4histPiE4bins`
+    if local and len(local.group(3)) == int(local.group(2)):
+        return f"{demangle('_Z' + local.group(1), template_args)}::{local.group(3)}"
     try:
         i = 2
         if name[i : i + 1] == "L":

@@ -92,13 +92,17 @@ def _ints(values) -> list[int]:
               "generated token, register and memory word; the first difference is an error.")
 @click.option("--trace", is_flag=True, help="circuit/model: print the launch's generated tokens, one per line "
               "(with --json: a 'trace' object with the token ids and names).")
+@click.option("--memcheck", is_flag=True, help="Run the launch on the checked interpreter first: an access "
+              "outside the array or variable it belongs to, a read of unwritten shared or local memory, a "
+              "shared-memory race between warps or a divergent __syncthreads() is an error naming the source "
+              "line, the array and element, and the thread (docs/memcheck.md).")
 @COMPILER
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of `name = [..]` lines.")
 @click.option("--step-limit", type=click.IntRange(min=1), metavar="N",
               help=f"Stop with an error after N warp steps (default {DEFAULT_STEP_LIMIT}).")
 @_user_errors
 def run(source: Path, arg_texts: tuple[str, ...], kernel: str | None, grid: tuple[int, int],
-        block: tuple[int, int] | None, backend: str, mode: str | None, check: bool, trace: bool,
+        block: tuple[int, int] | None, backend: str, mode: str | None, check: bool, trace: bool, memcheck: bool,
         compiler: str | None, as_json: bool, step_limit: int | None) -> None:
     """Compile a CUDA kernel (.cu or .ptx) and launch it on the machine.
 
@@ -116,7 +120,8 @@ def run(source: Path, arg_texts: tuple[str, ...], kernel: str | None, grid: tupl
     _warn(compiled.warnings)
     args = bind_args(values, compiled.params, compiled.name)
     options = _model_options(backend, mode, check, trace and not as_json)
-    result = launch(compiled, args, grid=grid, block=block, backend=backend, step_limit=step_limit, **options)
+    result = launch(compiled, args, grid=grid, block=block, backend=backend, step_limit=step_limit,
+                    memcheck=memcheck, **options)
     arrays = {name: _ints(v) for name, v in result.arrays.items()}
     if as_json:
         click.echo(json.dumps({

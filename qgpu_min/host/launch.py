@@ -21,8 +21,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..cuda.compiler import compile_to_ptx
+from ..cuda.lines import annotate, block_note
 from ..cuda.lower import lower
-from ..cuda.lower_ir import MemoryLayout
+from ..cuda.lower_ir import LoweringError, MemoryLayout
 from ..cuda.ptx import demangle, parse_ptx, select_kernel
 from ..errors import QgpuError
 from ..machine import interp
@@ -51,6 +52,8 @@ class CompiledKernel:
     warnings: list[str] = field(default_factory=list)   # the lowering's: runs, but assumes 32-lane warps
     entry: str = ""                                      # the kernel's PTX (mangled) name
     fmt: BlockFormat = MACHINE_FORMAT                    # the block format the program was lowered for
+    source: str | None = None                            # the CUDA text compiled (for quoting source lines)
+    source_name: str | None = None                       # its file name ('kernel.cu' for text)
 
     def listing(self) -> str:
         return format_kernel(self)
@@ -162,9 +165,15 @@ def compile_kernel(source: str | Path, kernel: str | None = None, compiler: str 
     res = compile_to_ptx(source, compiler)
     module = parse_ptx(res.text)
     fn = select_kernel(module, kernel)
-    lowered = lower(module, fn, fmt)
-    return CompiledKernel(_display_name(fn.name, fn.demangled), _params(fn, _cuda_text(source)), lowered.program,
-                          lowered.layout, res.compiler, res.text, lowered.warnings, fn.name, fmt)
+    text = _cuda_text(source)
+    name = None if text is None else "kernel.cu" if "__global__" in str(source) else Path(source).name
+    try:
+        lowered = lower(module, fn, fmt)
+    except (LoweringError, CapacityError) as e:     # the same error, naming the CUDA line too
+        raise type(e)(annotate(str(e), res.text, text, name)) from None
+    warnings = [annotate(w, res.text, text, name) for w in lowered.warnings]
+    return CompiledKernel(_display_name(fn.name, fn.demangled), _params(fn, text), lowered.program,
+                          lowered.layout, res.compiler, res.text, warnings, fn.name, fmt, text, name)
 
 
 def _display_name(mangled: str, demangled: str | None) -> str:
@@ -198,7 +207,8 @@ def format_kernel(k: CompiledKernel) -> str:
     lines.append(f"  {lay.static_bytes:#06x}..        launch arrays, in parameter order"
                  + (", then extern __shared__ " + "/".join(sorted(lay.dynamic_shared)) if lay.dynamic_shared else "")
                  + ", up to the thread frames")
-    lines.append(format_program(k.program, [p.name for p in k.params]))
+    noted = [replace(b, note=block_note(k.ptx, b.lines)) if b.lines else b for b in k.program.blocks]
+    lines.append(format_program(Program(noted, k.program.param_slots), [p.name for p in k.params]))
     return "\n".join(lines)
 
 
@@ -244,22 +254,17 @@ STEP_LIMIT_CAUSES = (
     "docs/machine.md), or raise the step limit (--step-limit) if the kernel only needs more steps")
 
 
-def _where(kernel: CompiledKernel, block: int) -> str:
-    """', PTX line N: `text`' for the block's first instruction (the nearest block that has one), plus the
-    CUDA source line from the PTX's `.loc` directives when it has them."""
+def _where(kernel: CompiledKernel, block: int, line: int = 0) -> str:
+    """', PTX line N: `text`' for PTX ``line``, or else the block's first instruction (the nearest block that
+    has one), plus the CUDA source line from the PTX's `.loc` line table when it has one."""
     blocks = kernel.program.blocks
     near = sorted(range(len(blocks)), key=lambda i: (i < block, abs(i - block)))   # this one, later, earlier
-    line = next((blocks[i].lines[0] for i in near if blocks[i].lines), None)
+    line = line or next((blocks[i].lines[0] for i in near if blocks[i].lines), None)
     if line is None:
         return ""
     text = kernel.ptx.splitlines()
-    out = f", PTX line {line}: `{' '.join(text[line - 1].split())}`"
-    files = dict(re.findall(r'^\s*\.file\s+(\d+)\s+"([^"]*)"', kernel.ptx, re.M))
-    for prev in reversed(text[:line]):
-        m = re.match(r"\s*\.loc\s+(\d+)\s+(\d+)", prev)
-        if m:
-            return out + f" (source {Path(files.get(m.group(1), 'file ' + m.group(1))).name}:{m.group(2)})"
-    return out
+    return annotate(f", PTX line {line}: `{' '.join(text[line - 1].split())}`", kernel.ptx, kernel.source,
+                    kernel.source_name)
 
 
 class ArraySlot(NamedTuple):
@@ -278,10 +283,12 @@ class LaunchImage:
     program: Program               # the kernel's program with the parameters bound
     memory: list[int]              # MEM_WORDS unsigned words: kernel variables, then the arrays
     arrays: list[ArraySlot]        # the pointer parameters, in parameter order
+    dynamic_shared: int = 0        # byte address of the extern __shared__ array (all memory up to the frames)
 
 
-def build_image(kernel: CompiledKernel, args: list, block: tuple[int, int]) -> LaunchImage:
-    """Check the arguments and lay out the launch's memory (map: module docstring). ``block`` sizes the frames."""
+def build_image(kernel: CompiledKernel, args: list, block: tuple[int, int], redzone: int = 0) -> LaunchImage:
+    """Check the arguments and lay out the launch's memory (map: module docstring). ``block`` sizes the frames;
+    ``redzone`` bytes are left unused before each array and after the last (--memcheck)."""
     if len(args) != len(kernel.params):
         raise LaunchError(f"kernel {kernel.name} takes {len(kernel.params)} arguments "
                           f"({', '.join(p.name for p in kernel.params)}), got {len(args)}")
@@ -300,15 +307,16 @@ def build_image(kernel: CompiledKernel, args: list, block: tuple[int, int]) -> L
                 raise LaunchError(f"argument {p.name} is a pointer: pass a list of integers")
             values.append(_check_value(a, -(1 << 31), 1 << 32, f"argument {p.name}"))
             continue
-        slot = _place_array(p, a, addr, frames, mem_bytes)
+        slot = _place_array(p, a, addr + redzone, frames + redzone, mem_bytes)
         values.append(slot.base)
         arrays.append(slot)
-        addr += (slot.count * slot.elem_bytes + 3) // 4 * 4
-    if lay.dynamic_shared and addr + frames >= MEM_WORDS * 4:
+        addr = slot.base + (slot.count * slot.elem_bytes + 3) // 4 * 4
+    addr += redzone if arrays else 0
+    if lay.dynamic_shared and addr + frames + redzone >= MEM_WORDS * 4:
         raise CapacityError(f"no memory is left for the kernel's extern __shared__ array: arrays and thread "
                             f"frames fill all {MEM_WORDS} words")
     words = np.frombuffer(bytes(mem_bytes), dtype="<u4").astype(np.int64).tolist()
-    return LaunchImage(_bind(kernel.program, values, addr), words, arrays)
+    return LaunchImage(_bind(kernel.program, values, addr), words, arrays, addr)
 
 
 def _elements(p: ParamInfo, a) -> tuple[list, np.ndarray | None]:
@@ -384,7 +392,13 @@ def _run_backend(run_launch: BackendFn, backend: str, kernel: CompiledKernel, im
     try:
         run = run_launch(image.program, image.memory, grid, block, step_limit, **options)
     except interp.StepLimitError as e:
-        raise interp.StepLimitError(f"{e}{_where(kernel, e.block)}. {STEP_LIMIT_CAUSES}", e.block) from None
+        where = _where(kernel, e.block, kernel.program.blocks[e.block].term_line)  # a spinning loop's branch
+        raise interp.StepLimitError(f"{e}{where}. {STEP_LIMIT_CAUSES}", e.block) from None
+    except interp.MemoryFault as e:
+        if e.block is None:
+            raise
+        where = _where(kernel, e.block, kernel.program.blocks[e.block].mem_line)
+        raise interp.MemoryFault(f"{e}{where}", e.block) from None
     if len(run.memory) != MEM_WORDS:      # a backend under construction: fail here, not as wrong arrays
         raise LaunchError(f"backend {backend!r} returned {len(run.memory)} memory words; the machine has "
                           f"{MEM_WORDS}")
@@ -409,12 +423,15 @@ def default_block(args: list, max_threads: int = MAX_THREADS_PER_CTA) -> tuple[i
 
 
 def launch(kernel: CompiledKernel, args: list, grid=(1, 1), block=None, backend: str = "interp",
-           step_limit: int | None = None, **backend_options: Any) -> LaunchResult:
+           step_limit: int | None = None, memcheck: bool = False, **backend_options: Any) -> LaunchResult:
     """Run the kernel; returns the arrays of its pointer parameters read back after the launch.
 
     ``args``: one per kernel parameter, in order: an integer for a scalar; for a pointer a list of integers
     or an integer NumPy array of any shape (row-major), which comes back in its shape and dtype.
-    ``block`` defaults as on the command line (``default_block``). ``backend_options`` go to the backend
+    ``block`` defaults as on the command line (``default_block``). ``memcheck``: run the launch on the checked
+    interpreter first (host/memcheck.py), which raises MemcheckError at the first out-of-bounds access,
+    read of unwritten shared or local memory, shared-memory race or divergent barrier; on 'interp' its run
+    is the result, on another backend the launch then runs there as usual. ``backend_options`` go to the backend
     unchanged (e.g. mode='bf16' for 'circuit'); 'interp' takes none. A backend whose function carries a
     ``block_format`` gets the kernel lowered for that format.
     """
@@ -424,9 +441,16 @@ def launch(kernel: CompiledKernel, args: list, grid=(1, 1), block=None, backend:
         try:
             kernel = for_format(kernel, fmt() if callable(fmt) else fmt)
         except CapacityError as e:      # say which target's limit it is: the interpreter would run it
-            raise CapacityError(f"backend {backend!r} cannot run this kernel: {e} (its block format is not the "
+            why = annotate(str(e), kernel.ptx, kernel.source, kernel.source_name)
+            raise CapacityError(f"backend {backend!r} cannot run this kernel: {why} (its block format is not the "
                                 f"interpreter's: --backend interp may run it)") from None
     grid, block = _shape(grid, "grid"), _shape(default_block(args) if block is None else block, "block")
+    if memcheck:
+        from .memcheck import run_checked
+        checked_image, checked = run_checked(kernel, args, grid, block, step_limit)
+        if backend == "interp":
+            return LaunchResult(kernel.name, grid, block, backend, read_arrays(checked.memory, checked_image.arrays),
+                                steps=checked.steps)
     image = build_image(kernel, args, block)
     run = _run_backend(run_launch, backend, kernel, image, grid, block, step_limit, backend_options)
     return LaunchResult(kernel.name, grid, block, backend, read_arrays(run.memory, image.arrays), dict(run.tokens),

@@ -18,7 +18,11 @@ from .isa import (LANES, MASK32, MAX_CTAS, MAX_THREADS_PER_CTA, MEM_WORDS, SPECI
 
 
 class MemoryFault(MachineError):
-    """An access outside memory or misaligned."""
+    """An access outside memory or misaligned; ``block`` is the block of the access (None if unknown)."""
+
+    def __init__(self, message: str, block: int | None = None) -> None:
+        super().__init__(message)
+        self.block = block
 
 
 class StepLimitError(MachineError):
@@ -155,9 +159,9 @@ class _Machine:
         where = (f"lane {lane} of warp {w.index} in CTA {self.cta} {self.cta_xy}, block B{w.pc[lane]}, "
                  f"`{ins}`: address {addr:#x}")
         if addr + size > MEM_WORDS * 4:
-            raise MemoryFault(f"memory access out of range: {where} (memory is {MEM_WORDS * 4} bytes)")
+            raise MemoryFault(f"memory access out of range: {where} (memory is {MEM_WORDS * 4} bytes)", w.pc[lane])
         if addr % size:
-            raise MemoryFault(f"misaligned {size}-byte access: {where}")
+            raise MemoryFault(f"misaligned {size}-byte access: {where}", w.pc[lane])
         return addr
 
     def _read(self, addr: int, size: int) -> int:

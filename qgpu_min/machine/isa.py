@@ -206,6 +206,9 @@ class Block:
     live_out: int = 0
     note: str = ""          # source lines this block came from, for listings
     lines: tuple[int, ...] = ()     # the same PTX line numbers, ascending, for error messages
+    # debugging information, not part of what the block does (left out of ==, as the ROM does not hold it)
+    mem_line: int = field(default=0, compare=False)     # PTX line of the memory slot's instruction (0: none)
+    term_line: int = field(default=0, compare=False)    # PTX line of the terminator (a barrier's `bar.sync`)
 
     def instrs(self) -> list[Instr]:
         return self.pre + ([self.mem] if self.mem is not None else []) + self.post
