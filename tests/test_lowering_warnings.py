@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from compilers import needs
+from compilers import needs, skip_if_missing
 from qgpu_min.cli import main
 from qgpu_min.cuda.compiler import compile_to_ptx
-from qgpu_min.cuda.lower_warn import warp_size_warnings
+from qgpu_min.cuda.lower_warn import warp_partials, warp_size_warnings
 from qgpu_min.cuda.ptx import parse_ptx
 from qgpu_min.host.launch import compile_kernel, launch
 
@@ -201,3 +201,56 @@ def test_no_suite_kernel_warns_but_the_32_lane_ones_nvcc_subset():
 @needs("nvcc")
 def test_no_suite_kernel_warns_but_the_32_lane_ones_nvcc_all():
     assert _sweep("nvcc", ALL_CU) == EXPECTED
+
+
+# ---- the warpSize * warpSize block-size assumption (lower_warn.warp_partials) -------------------------
+BLOCK_REDUCE = USER / "block_reduce_warpsize.cu"
+
+
+@pytest.mark.parametrize("compiler", ["zig", "nvcc"])
+def test_block_reduce_warns_only_for_blocks_over_warpsize_squared(compiler):
+    skip_if_missing(compiler)
+    k = compile_kernel(BLOCK_REDUCE, compiler=compiler)
+    assert k.warnings == [] and [n for n, _ in k.block_warnings] == [16]
+    data = list(range(1, 33))
+    ok = launch(k, [data, [0], 32], grid=2, block=16)
+    assert ok.arrays["out"].tolist() == [528] and ok.warnings == []
+    bad = launch(k, [data, [0], 32], grid=1, block=32)
+    assert bad.arrays["out"].tolist() != [528]        # what the warning is about
+    (w,) = bad.warnings
+    assert "per-warp partials stored at [threadIdx.x / warpSize]" in w and "more than 16 threads" in w
+    assert w.endswith("(source block_reduce_warpsize.cu:14: `if (lane == 0) shared[wid] = val;`)"), w
+
+
+def test_block_reduce_warning_on_the_command_line():
+    argv = ["run", str(BLOCK_REDUCE), "--arg", "[" + ",".join(map(str, range(1, 33))) + "]", "--arg", "zeros(1)",
+            "--arg", "32", "--backend", "interp", "--compiler", "zig"]
+    res = CliRunner().invoke(main, [*argv, "--block", "16", "--grid", "2"])
+    assert res.exit_code == 0 and "warning" not in res.output
+    res = CliRunner().invoke(main, [*argv, "--json"])      # the default block: 32 threads
+    assert res.exit_code == 0
+    out = json.loads(res.output.splitlines()[-1])
+    assert any("warpSize * warpSize" in w for w in out["warnings"])
+
+
+def test_partials_reduced_in_a_loop_do_not_warn():
+    src = BLOCK_REDUCE.read_text().replace(
+        "val = (threadIdx.x < blockDim.x / warpSize) ? shared[lane] : 0;\n    if (wid == 0) val = warpReduceSum(val);",
+        "if (threadIdx.x == 0) { val = 0; for (int w = 0; w < (blockDim.x + warpSize - 1) / warpSize; ++w) "
+        "val += shared[w]; }")
+    assert "for (int w = 0" in src
+    k = compile_kernel(src, compiler="zig")
+    assert k.block_warnings == []
+    assert launch(k, [list(range(1, 33)), [0], 32], block=32).arrays["out"].tolist() == [528]
+
+
+@pytest.mark.parametrize("compiler", ["zig", pytest.param("nvcc", marks=pytest.mark.slow)])
+def test_no_suite_or_trial_kernel_has_a_block_size_warning(compiler):
+    skip_if_missing(compiler)
+    flagged = set()
+    for path in ALL_CU:
+        module = parse_ptx(compile_to_ptx(path, compiler).text)
+        for fn in module.kernels:
+            if warp_partials(module, fn):
+                flagged.add(path.name)
+    assert flagged == {"block_reduce_warpsize.cu"}

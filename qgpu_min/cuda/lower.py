@@ -29,7 +29,7 @@ from .lower_opt import optimize
 from .lower_regalloc import allocate, dead_code, liveness
 from .lower_remat import (constant_def, drop_known_constants, fold_derived_ivs, recolour_zero_inits,
                           rematerialise)
-from .lower_warn import warp_size_warnings
+from .lower_warn import warp_partials, warp_size_warnings
 from .ptx import Function, PtxModule
 
 
@@ -38,6 +38,8 @@ class Lowered:
     program: Program
     layout: MemoryLayout
     warnings: list[str] = field(default_factory=list)   # code that runs but assumes 32-lane warps (lower_warn)
+    # (threads, warning): code that is right only for blocks of at most that many threads, for a launch to show
+    block_warnings: list[tuple[int, str]] = field(default_factory=list)
 
 
 def _align(x: int, a: int) -> int:
@@ -415,4 +417,5 @@ def lower(module: PtxModule, kernel: Function, fmt: BlockFormat = MACHINE_FORMAT
     annotate_liveness(program)
     check_program(program)
     check_block_format(program, fmt)
-    return Lowered(program, lay, warp_size_warnings(module, kernel))
+    partials = warp_partials(module, kernel)
+    return Lowered(program, lay, warp_size_warnings(module, kernel), [partials] if partials else [])

@@ -53,15 +53,15 @@ def _shuffle(ins: Instr, consts: dict[str, int]) -> str | None:
             f"(`for (int o = warpSize / 2; o > 0; o /= 2)`)")
 
 
-def _tid_copies(fn: Function) -> set[str]:
-    """Registers whose only definition is an unguarded `mov r, %tid.x`."""
+def _tid_copies(fn: Function, sreg: SReg = SReg("%tid.x")) -> set[str]:
+    """Registers whose only definition is an unguarded `mov r, %tid.x` (or of another special register)."""
     defs: dict[str, list[Instr]] = {}
     for ins in fn.body:
         if isinstance(ins, Instr) and ins.operands:
             for r in _written(ins.operands[0]):
                 defs.setdefault(r, []).append(ins)
     return {r for r, d in defs.items() if len(d) == 1 and d[0].opcode == "mov" and d[0].pred is None
-            and d[0].operands[1] == SReg("%tid.x")}
+            and d[0].operands[1] == sreg}
 
 
 def _lane_mask(ins: Instr, consts: dict[str, int], tids: set[str]) -> str | None:
@@ -104,6 +104,93 @@ def _volatile_neighbours(fn: Function) -> tuple[int, str] | None:
                     continue
         for r in _written(ins.operands[0]) if ins.operands and ins.opcode != "st" else ():
             stored.pop(r, None)
+    return None
+
+
+# ---- per-warp partials reduced by one warp ----------------------------------------------------------
+# The usual blockReduceSum stores each warp's partial at shared[threadIdx.x / warpSize] and lets warp 0
+# reduce shared[threadIdx.x % warpSize]: one warp combines at most warpSize partials, so the block may
+# have at most warpSize * warpSize threads (1024 on NVIDIA GPUs, 16 here). Registers are tagged with what
+# they are made of: the warp index ('wid', tid / 4 or tid & ~3 for its byte offset), the lane ('lane',
+# tid % 4) and the shared variables whose address they hold.
+ADDRESS_OPS = {"mov", "add", "sub", "shl", "mul", "mad", "cvt", "cvta", "or"}
+_SHIFT = LANES.bit_length() - 1       # log2(LANES)
+
+
+def _is_tid(o, tids: set[str]) -> bool:
+    return o == SReg("%tid.x") or (isinstance(o, Reg) and o.name in tids)
+
+
+def _warp_tag(ins: Instr, consts: dict[str, int], tids: set[str]) -> str | None:
+    """'wid' or 'lane' when ``ins`` splits threadIdx.x into warp and lane (with warpSize = LANES)."""
+    if len(ins.operands) < 3 or not _is_tid(ins.operands[1], tids):
+        return None
+    k = _value(ins.operands[2], consts)
+    if ins.operands[2] == SReg("WARP_SZ"):
+        k = LANES
+    if k is None:
+        return None
+    table = {("shr", _SHIFT): "wid", ("div", LANES): "wid", ("rem", LANES): "lane",
+             ("and", LANES - 1): "lane"}
+    if ins.opcode == "and" and k & (LANES - 1) == 0 and k >= LANES:
+        return "wid"                  # tid & ~(LANES - 1): the warp's index times LANES (a byte offset)
+    return table.get((ins.opcode, k))
+
+
+def _tags(fn: Function, shared: set[str]) -> dict[str, set[str]]:
+    """Register -> the tags of the values it is computed from (over all its definitions)."""
+    consts, tids = constant_registers(fn), _tid_copies(fn)
+    # nvcc reads warpSize as WARP_SZ into a register it may reuse later (a loop's counter): any copy counts
+    consts.update({ins.operands[0].name: LANES for ins in fn.body if isinstance(ins, Instr) and ins.opcode == "mov"
+                   and len(ins.operands) == 2 and ins.operands[1] == SReg("WARP_SZ")})
+    tags: dict[str, set[str]] = {}
+    for _ in range(4):                # a few passes reach the loops' back edges
+        for ins in fn.body:
+            if not isinstance(ins, Instr) or not ins.operands or not isinstance(ins.operands[0], Reg):
+                continue
+            own = _warp_tag(ins, consts, tids)
+            got = {own} if own else set()
+            if own is None and ins.opcode in ADDRESS_OPS:
+                for o in ins.operands[1:]:
+                    if isinstance(o, Reg):
+                        got |= tags.get(o.name, set())
+                    elif isinstance(o, Sym) and o.name in shared:
+                        got.add("sym:" + o.name)
+            if got - tags.get(ins.operands[0].name, set()):
+                tags.setdefault(ins.operands[0].name, set()).update(got)
+    return tags
+
+
+def _address_tags(ins: Instr, tags: dict[str, set[str]]) -> set[str]:
+    mem = next((o for o in ins.operands if isinstance(o, Mem)), None)
+    if mem is None:
+        return set()
+    if isinstance(mem.base, Sym):
+        return {"sym:" + mem.base.name}
+    return set(tags.get(mem.base.name, ())) if isinstance(mem.base, Reg) else set()
+
+
+def warp_partials(module: PtxModule, kernel: Function) -> tuple[int, str] | None:
+    """(LANES * LANES, a warning) for the pattern above (a shared array of LANES or 32 words written per warp
+    and read per lane), for a launch of more threads per block to show; None when the kernel has none."""
+    for fn in _reachable(module, kernel):
+        partials = {d.name for d in module.globals + kernel.decls + fn.decls
+                    if d.space == "shared" and d.elem_bytes * d.count in (4 * LANES, 4 * 32)}
+        tags = _tags(fn, partials)
+        stores = {t[4:]: ins for ins in fn.body if isinstance(ins, Instr) and ins.opcode == "st"
+                  for tg in [_address_tags(ins, tags)] if "wid" in tg and "lane" not in tg
+                  for t in tg if t.startswith("sym:")}
+        for ins in fn.body:
+            if isinstance(ins, Instr) and ins.opcode == "ld":
+                tg = _address_tags(ins, tags)
+                hit = [t[4:] for t in tg if t.startswith("sym:") and t[4:] in stores]
+                if hit and "lane" in tg and "wid" not in tg:
+                    st = stores[hit[0]]
+                    return LANES * LANES, (
+                        f"{_where(st)}: per-warp partials stored at [threadIdx.x / warpSize] and read back at "
+                        f"[threadIdx.x % warpSize] by one warp: that warp combines at most warpSize = {LANES} "
+                        f"partials, so blocks of more than {LANES * LANES} threads (warpSize * warpSize) lose "
+                        f"some; reduce the partials in a loop, or launch at most {LANES * LANES} threads per block")
     return None
 
 

@@ -122,6 +122,7 @@ def run(source: Path, arg_texts: tuple[str, ...], kernel: str | None, grid: tupl
     options = _model_options(backend, mode, check, trace and not as_json)
     result = launch(compiled, args, grid=grid, block=block, backend=backend, step_limit=step_limit,
                     memcheck=memcheck, **options)
+    _warn(result.warnings)
     arrays = {name: _ints(v) for name, v in result.arrays.items()}
     if as_json:
         click.echo(json.dumps({
@@ -131,7 +132,7 @@ def run(source: Path, arg_texts: tuple[str, ...], kernel: str | None, grid: tupl
             "tokens": {"prompt": int(result.tokens["prompt"]), "generated": int(result.tokens["generated"])},
             "backend": result.backend,
             "compiler": compiled.compiler,
-            "warnings": compiled.warnings,
+            "warnings": compiled.warnings + result.warnings,
             **({"mode": result.extra.get("mode"), "checked": bool(result.extra.get("checked"))}
                if backend != "interp" else {}),
             **({"trace": result.extra["trace"]} if trace and "trace" in result.extra else {}),

@@ -52,6 +52,7 @@ class CompiledKernel:
     warnings: list[str] = field(default_factory=list)   # the lowering's: runs, but assumes 32-lane warps
     entry: str = ""                                      # the kernel's PTX (mangled) name
     fmt: BlockFormat = MACHINE_FORMAT                    # the block format the program was lowered for
+    block_warnings: list[tuple[int, str]] = field(default_factory=list)  # (threads, warning): see launch
     source: str | None = None                            # the CUDA text compiled (for quoting source lines)
     source_name: str | None = None                       # its file name ('kernel.cu' for text)
 
@@ -70,6 +71,7 @@ class LaunchResult:
     trace: list[tuple[int, int, int]] = field(default_factory=list)
     steps: int = 0
     extra: dict[str, Any] = field(default_factory=dict)     # the backend's BackendRun.extra
+    warnings: list[str] = field(default_factory=list)       # the kernel's block_warnings this launch's block meets
 
 
 # ---- parameter types --------------------------------------------------------------------------
@@ -172,8 +174,9 @@ def compile_kernel(source: str | Path, kernel: str | None = None, compiler: str 
     except (LoweringError, CapacityError) as e:     # the same error, naming the CUDA line too
         raise type(e)(annotate(str(e), res.text, text, name)) from None
     warnings = [annotate(w, res.text, text, name) for w in lowered.warnings]
+    block_warnings = [(n, annotate(w, res.text, text, name)) for n, w in lowered.block_warnings]
     return CompiledKernel(_display_name(fn.name, fn.demangled), _params(fn, text), lowered.program,
-                          lowered.layout, res.compiler, res.text, warnings, fn.name, fmt, text, name)
+                          lowered.layout, res.compiler, res.text, warnings, fn.name, fmt, block_warnings, text, name)
 
 
 def _display_name(mangled: str, demangled: str | None) -> str:
@@ -445,13 +448,14 @@ def launch(kernel: CompiledKernel, args: list, grid=(1, 1), block=None, backend:
             raise CapacityError(f"backend {backend!r} cannot run this kernel: {why} (its block format is not the "
                                 f"interpreter's: --backend interp may run it)") from None
     grid, block = _shape(grid, "grid"), _shape(default_block(args) if block is None else block, "block")
+    warnings = [w for n, w in kernel.block_warnings if block[0] * block[1] > n]
     if memcheck:
         from .memcheck import run_checked
         checked_image, checked = run_checked(kernel, args, grid, block, step_limit)
         if backend == "interp":
             return LaunchResult(kernel.name, grid, block, backend, read_arrays(checked.memory, checked_image.arrays),
-                                steps=checked.steps)
+                                steps=checked.steps, warnings=warnings)
     image = build_image(kernel, args, block)
     run = _run_backend(run_launch, backend, kernel, image, grid, block, step_limit, backend_options)
     return LaunchResult(kernel.name, grid, block, backend, read_arrays(run.memory, image.arrays), dict(run.tokens),
-                        run.trace, run.steps, run.extra)
+                        run.trace, run.steps, run.extra, warnings)
