@@ -27,6 +27,7 @@ from qgpu_min.errors import QgpuError
 
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 PRELUDE = INCLUDE_DIR / "qgpu_prelude.h"
+TEXT_SOURCE_NAME = "kernel.cu"      # the file name CUDA source text is compiled under (errors name it)
 ENV_VAR = "QGPU_CUDA_COMPILER"
 GPU_ARCH = "sm_75"
 TIMEOUT_S = 300
@@ -224,5 +225,5 @@ def compile_to_ptx(source: str | Path, compiler: str | Compiler | None = None) -
         if path is not None:
             return _run(chosen, str(path), workdir, cwd=None)
         # source text: compile it as kernel.cu from inside the temp dir, so diagnostics say kernel.cu
-        (workdir / "kernel.cu").write_text(str(source))
-        return _run(chosen, "kernel.cu", workdir, cwd=workdir)
+        (workdir / TEXT_SOURCE_NAME).write_text(str(source))
+        return _run(chosen, TEXT_SOURCE_NAME, workdir, cwd=workdir)

@@ -49,7 +49,7 @@ def _align(x: int, a: int) -> int:
 def memory_layout(module: PtxModule, kernel: Function, redzone: int = 0) -> MemoryLayout:
     """The kernel's variables: .global/.const/.shared from address 0 (``redzone`` unused bytes before each
     and after the last, so that --memcheck sees an access that runs off one), .local in the frame."""
-    lay = MemoryLayout({}, {}, redzone=redzone)
+    lay = MemoryLayout({}, {})
     addr = 0
     decls = [d for d in module.globals if d.space in ("global", "const")] + \
             [d for d in module.globals + kernel.decls if d.space == "shared"]
@@ -363,7 +363,7 @@ def lower(module: PtxModule, kernel: Function, fmt: BlockFormat = MACHINE_FORMAT
         recolour_zero_inits(blocks, order, colour)
         drop_known_constants(blocks, order, colour)
     live_out = liveness(blocks, order)[1]
-    top = MEM_WORDS * 4 - lay.frame_bytes
+    top = lay.frame_base(0)
     for n in order:
         for v in blocks[n].ops:
             if v.frame:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import QgpuError
+from ..machine.isa import MEM_WORDS
 from .ptx import Instr, type_width
 
 RZ = "rz"                       # the zero register
@@ -58,7 +59,6 @@ class MemoryLayout:
     entries: list[tuple[str, str, int, int]] = field(default_factory=list)   # (space, name, address, bytes)
     dynamic_shared: set[str] = field(default_factory=set)     # extern __shared__ arrays (one region)
     local_sizes: dict[str, int] = field(default_factory=dict)  # .local variable -> its bytes
-    redzone: int = 0                  # bytes left unused before each variable and after the last (--memcheck)
 
     def place_local(self, name: str, align: int, nbytes: int) -> None:
         """Give a .local variable (the kernel's or an inlined callee's) the next aligned offset of the frame."""
@@ -66,6 +66,10 @@ class MemoryLayout:
         start = -(-self.frame_bytes // a) * a
         self.local_depot[name], self.local_sizes[name] = start, nbytes
         self.frame_bytes = self.local_bytes = -(-(start + nbytes) // 4) * 4
+
+    def frame_base(self, thread: int) -> int:
+        """Byte address of thread ``thread``'s frame (tid.lin): frames fill memory downward from the top."""
+        return MEM_WORDS * 4 - (thread + 1) * self.frame_bytes
 
 
 def instr_width(ins: Instr) -> int | None:

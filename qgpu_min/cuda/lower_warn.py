@@ -64,14 +64,18 @@ def _tid_copies(fn: Function, sreg: SReg = SReg("%tid.x")) -> set[str]:
             and d[0].operands[1] == sreg}
 
 
+def _is_tid(o, tids: set[str]) -> bool:
+    """threadIdx.x itself, or a register that only copies it."""
+    return o == SReg("%tid.x") or (isinstance(o, Reg) and o.name in tids)
+
+
 def _lane_mask(ins: Instr, consts: dict[str, int], tids: set[str]) -> str | None:
     k = WARP32.get(ins.opcode)
     if k is None or len(ins.operands) < 3:
         return None
     x, y = ins.operands[1:3]
     pairs = [(x, y), (y, x)] if ins.opcode == "and" else [(x, y)]
-    is_tid = lambda o: o == SReg("%tid.x") or (isinstance(o, Reg) and o.name in tids)
-    if not any(is_tid(t) and _value(m, consts) == k for t, m in pairs):
+    if not any(_is_tid(t, tids) and _value(m, consts) == k for t, m in pairs):
         return None
     op = "&" if ins.opcode == "and" else "%"
     return (f"{_where(ins)}: lane index computed for 32-lane warps (threadIdx.x {op} {k}); a warp here has {LANES} "
@@ -114,11 +118,9 @@ def _volatile_neighbours(fn: Function) -> tuple[int, str] | None:
 # they are made of: the warp index ('wid', tid / 4 or tid & ~3 for its byte offset), the lane ('lane',
 # tid % 4) and the shared variables whose address they hold.
 ADDRESS_OPS = {"mov", "add", "sub", "shl", "mul", "mad", "cvt", "cvta", "or"}
-_SHIFT = LANES.bit_length() - 1       # log2(LANES)
-
-
-def _is_tid(o, tids: set[str]) -> bool:
-    return o == SReg("%tid.x") or (isinstance(o, Reg) and o.name in tids)
+# (opcode, constant operand) applied to threadIdx.x -> what it gives (tid & ~(LANES - 1) is _warp_tag's)
+WARP_SPLITS = {("shr", LANES.bit_length() - 1): "wid", ("div", LANES): "wid", ("rem", LANES): "lane",
+               ("and", LANES - 1): "lane"}
 
 
 def _warp_tag(ins: Instr, consts: dict[str, int], tids: set[str]) -> str | None:
@@ -130,11 +132,9 @@ def _warp_tag(ins: Instr, consts: dict[str, int], tids: set[str]) -> str | None:
         k = LANES
     if k is None:
         return None
-    table = {("shr", _SHIFT): "wid", ("div", LANES): "wid", ("rem", LANES): "lane",
-             ("and", LANES - 1): "lane"}
     if ins.opcode == "and" and k & (LANES - 1) == 0 and k >= LANES:
         return "wid"                  # tid & ~(LANES - 1): the warp's index times LANES (a byte offset)
-    return table.get((ins.opcode, k))
+    return WARP_SPLITS.get((ins.opcode, k))
 
 
 def _tags(fn: Function, shared: set[str]) -> dict[str, set[str]]:

@@ -20,15 +20,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..cuda.compiler import compile_to_ptx
+from ..cuda.compiler import TEXT_SOURCE_NAME, compile_to_ptx
 from ..cuda.lines import annotate, block_note
 from ..cuda.lower import lower
 from ..cuda.lower_ir import LoweringError, MemoryLayout
 from ..cuda.ptx import demangle, parse_ptx, select_kernel
 from ..errors import QgpuError
 from ..machine import interp
-from ..machine.isa import (MACHINE_FORMAT, MAX_THREADS_PER_CTA, MEM_WORDS, N_PRE, BlockFormat, CapacityError, Program,
-                           format_program)
+from ..machine.isa import (MACHINE_FORMAT, MAX_THREADS_PER_CTA, MEM_WORDS, N_PRE, BlockFormat, CapacityError,
+                           MachineError, Program, format_program)
 # LaunchError and BACKENDS live with the backend interface (backends raise LaunchError); callers import them from here
 from .backend import BACKENDS, BackendFn, BackendRun, LaunchError, load_backend
 
@@ -168,7 +168,7 @@ def compile_kernel(source: str | Path, kernel: str | None = None, compiler: str 
     module = parse_ptx(res.text)
     fn = select_kernel(module, kernel)
     text = _cuda_text(source)
-    name = None if text is None else "kernel.cu" if "__global__" in str(source) else Path(source).name
+    name = None if text is None else TEXT_SOURCE_NAME if "__global__" in str(source) else Path(source).name
     try:
         lowered = lower(module, fn, fmt)
     except (LoweringError, CapacityError) as e:     # the same error, naming the CUDA line too
@@ -387,21 +387,31 @@ def _as_given(name: str, vals: np.ndarray, given: np.ndarray, signed: bool, e: i
     return vals.astype(given.dtype).reshape(given.shape)
 
 
+def located(kernel: CompiledKernel, e: MachineError) -> MachineError:
+    """A run-time error of a launch with the PTX and CUDA line of the block it names added, where the PTX is
+    known, so that every backend (and --memcheck) reports the same way: a step-limit stop at its loop's
+    branch, with the likely causes; a memory fault or a memcheck error at the access (or barrier)."""
+    block = getattr(e, "block", None)
+    if block is None:
+        return e
+    blk = kernel.program.blocks[block]
+    if isinstance(e, interp.StepLimitError):
+        return interp.StepLimitError(f"{e}{_where(kernel, block, blk.term_line)}. {STEP_LIMIT_CAUSES}", block)
+    line = getattr(e, "line", 0) or blk.mem_line
+    error = type(e)(f"{e}{_where(kernel, block, line)}", block)
+    if hasattr(e, "line"):
+        error.line = line
+    return error
+
+
 def _run_backend(run_launch: BackendFn, backend: str, kernel: CompiledKernel, image: LaunchImage,
                  grid: tuple[int, int], block: tuple[int, int], step_limit: int | None,
                  options: dict[str, Any]) -> BackendRun:
-    """Call the backend; a step-limit stop gets the kernel's source line and the likely causes added here,
-    where the PTX is known, so every backend reports it the same way."""
+    """Call the backend; its run-time errors get the kernel's source line here (``located``)."""
     try:
         run = run_launch(image.program, image.memory, grid, block, step_limit, **options)
-    except interp.StepLimitError as e:
-        where = _where(kernel, e.block, kernel.program.blocks[e.block].term_line)  # a spinning loop's branch
-        raise interp.StepLimitError(f"{e}{where}. {STEP_LIMIT_CAUSES}", e.block) from None
-    except interp.MemoryFault as e:
-        if e.block is None:
-            raise
-        where = _where(kernel, e.block, kernel.program.blocks[e.block].mem_line)
-        raise interp.MemoryFault(f"{e}{where}", e.block) from None
+    except (interp.StepLimitError, interp.MemoryFault) as e:
+        raise located(kernel, e) from None
     if len(run.memory) != MEM_WORDS:      # a backend under construction: fail here, not as wrong arrays
         raise LaunchError(f"backend {backend!r} returned {len(run.memory)} memory words; the machine has "
                           f"{MEM_WORDS}")

@@ -9,10 +9,10 @@ from dataclasses import replace
 from ..cuda.lower import Lowered, lower
 from ..cuda.ptx import demangle, parse_ptx, select_kernel
 from ..machine import memcheck
-from ..machine.interp import RunResult
-from ..machine.isa import MACHINE_FORMAT, MEM_WORDS, CapacityError
+from ..machine.interp import MemoryFault, RunResult, StepLimitError
+from ..machine.isa import MACHINE_FORMAT, CapacityError
 from ..machine.memcheck import ARRAY, GLOBAL, INTERNAL, LOCAL, SHARED, SPILL, Region
-from .launch import CompiledKernel, LaunchImage, _where, build_image
+from .launch import CompiledKernel, LaunchImage, build_image, located
 
 # Bytes left unused around every array and variable: an index up to 8 words past either end of an int
 # array lands in one (memory is 4096 bytes in all, so not more).
@@ -54,21 +54,21 @@ def regions(kernel: CompiledKernel, image: LaunchImage, block: tuple[int, int],
     for a in image.arrays:
         out.append(Region(ARRAY, a.name, a.base, a.count * a.elem_bytes, a.elem_bytes))
     threads = block[0] * block[1]
-    top = MEM_WORDS * 4 - lay.frame_bytes * threads
     if lay.dynamic_shared:
-        name = demangle(sorted(lay.dynamic_shared)[0])
-        end = top - REDZONE
+        extern = sorted(lay.dynamic_shared)[0]
+        end = lay.frame_base(threads - 1) - REDZONE      # below the lowest thread's frame
         if end > image.dynamic_shared:
-            out.append(Region(SHARED, name, image.dynamic_shared, end - image.dynamic_shared,
-                              elem_bytes.get(sorted(lay.dynamic_shared)[0], 1)))
+            out.append(Region(SHARED, demangle(extern), image.dynamic_shared, end - image.dynamic_shared,
+                              elem_bytes.get(extern, 1)))
+    spill = lay.frame_bytes - lay.local_bytes
     for t in range(threads):
-        base = MEM_WORDS * 4 - (t + 1) * lay.frame_bytes
+        base = lay.frame_base(t)
         for name, offset in lay.local_depot.items():
             if lay.local_sizes.get(name):
-                out.append(Region(LOCAL, "the local memory" if name.startswith("__local_depot") else demangle(name),
-                                  base + offset, lay.local_sizes[name], 1, t))
-        if lay.frame_bytes > lay.local_bytes:
-            out.append(Region(SPILL, "the register spill slots", base + lay.local_bytes, lay.frame_bytes - lay.local_bytes, 4, t))
+                label = "the local memory" if name.startswith("__local_depot") else demangle(name)
+                out.append(Region(LOCAL, label, base + offset, lay.local_sizes[name], 1, t))
+        if spill:
+            out.append(Region(SPILL, "the register spill slots", base + lay.local_bytes, spill, 4, t))
     return out
 
 
@@ -85,5 +85,5 @@ def run_checked(kernel: CompiledKernel, args: list, grid: tuple[int, int], block
     try:
         return image, memcheck.run(image.program, image.memory, grid, block, regions(checked, image, block, sizes),
                                    step_limit)
-    except memcheck.MemcheckError as e:
-        raise memcheck.MemcheckError(f"{e}{_where(checked, e.block, e.line)}", e.block, e.line) from None
+    except (memcheck.MemcheckError, StepLimitError, MemoryFault) as e:
+        raise located(checked, e) from None

@@ -329,13 +329,14 @@ def check_launch_shape(grid: tuple[int, int], block: tuple[int, int]) -> None:
 
 
 def _machine(program: Program, memory: list[int], grid: tuple[int, int], block: tuple[int, int],
-             step_limit: int | None, trace: bool) -> _Machine:
-    """A machine ready to launch, after the checks every launch gets (program, shape, memory size)."""
+             step_limit: int | None, trace: bool, make: Callable[..., _Machine] = _Machine) -> _Machine:
+    """A machine ready to launch, after the checks every launch gets (program, shape, memory size);
+    ``make(program, memory, step_limit, trace)`` builds it (a checked machine for --memcheck)."""
     check_program(program)
     check_launch_shape(grid, block)
     if len(memory) != MEM_WORDS:
         raise MachineError(f"memory image has {len(memory)} words, the machine has {MEM_WORDS}")
-    return _Machine(program, [int(x) & MASK32 for x in memory], step_limit or DEFAULT_STEP_LIMIT, trace)
+    return make(program, [int(x) & MASK32 for x in memory], step_limit or DEFAULT_STEP_LIMIT, trace)
 
 
 def run(program: Program, memory: list[int], grid: tuple[int, int] = (1, 1), block: tuple[int, int] = (LANES, 1),

@@ -84,9 +84,9 @@ def describe(addr: int, access: int, regions: list[Region]) -> str:
 
 
 class _CheckedMachine(_Machine):
-    def __init__(self, program: Program, memory: list[int], step_limit: int, regions: list[Region],
+    def __init__(self, program: Program, memory: list[int], step_limit: int, trace: bool, regions: list[Region],
                  block_x: int):
-        super().__init__(program, memory, step_limit, trace=False)
+        super().__init__(program, memory, step_limit, trace)
         self.regions, self.block_x = regions, block_x
         self.owner: list[int] = [-1] * (MEM_WORDS * 4)      # byte -> region index, -1: none
         for i, r in enumerate(regions):
@@ -136,8 +136,9 @@ class _CheckedMachine(_Machine):
             self._fail(f"memcheck: invalid {kind} of {size} bytes at address {addr:#x}: {what}", w, lane)
         r = self.regions[span[0]]
         if r.kind in (LOCAL, SPILL) and r.thread != tid:
-            self._fail(f"memcheck: invalid {kind} of {size} bytes at address {addr:#x}: {r.element(addr, size)} of thread "
-                       f"{self._thread_name(r.thread)}, not its own (a local array indexed past its end?)", w, lane)
+            self._fail(f"memcheck: invalid {kind} of {size} bytes at address {addr:#x}: {r.element(addr, size)} of "
+                       f"thread {self._thread_name(r.thread)}, not its own (a local array indexed past its end?)",
+                       w, lane)
         if r.kind == INTERNAL:
             return addr
         if kind != "store" and not all(self.written[addr: addr + size]):
@@ -189,7 +190,7 @@ class _CheckedMachine(_Machine):
 def run(program: Program, memory: list[int], grid: tuple[int, int], block: tuple[int, int],
         regions: list[Region], step_limit: int | None = None) -> RunResult:
     """interp.run with every check of the module docstring; ``regions`` map the launch's memory."""
-    base = _machine(program, memory, grid, block, step_limit, trace=False)
-    m = _CheckedMachine(program, base.mem, base.step_limit, regions, block[0])
+    m = _machine(program, memory, grid, block, step_limit, False,
+                 lambda *machine: _CheckedMachine(*machine, regions, block[0]))
     deque(m.launch_steps(grid, block), maxlen=0)
     return RunResult(m.mem, m.steps)
