@@ -19,7 +19,6 @@ import dataclasses
 import hashlib
 import os
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from ..circuit.compile import BaseShape, Coo, LayerWeights, Plan, check_exact_we
 from ..circuit.ir import CONST, Circuit, Gate, Group, Unit
 from ..circuit.margin import static_check
 from ..circuit.run import embedding_rows
+from ..files import atomic_output
 from ..model.bf16 import bf16_to_f32
 from . import layout as layout_module, vocab as vocab_module
 from .core import GpuCircuit, build
@@ -228,19 +228,9 @@ def entry_arrays(key: str, layers: list[LayerWeights], embed: np.ndarray) -> dic
 
 
 def write_entry(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Write to a temporary file beside `path`, then rename: readers never see a partial entry."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez_compressed(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes it 0600; a cache folder may be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Written whole or not at all (files.atomic_output): readers never see a partial entry."""
+    with atomic_output(path) as f:
+        np.savez_compressed(f, **arrays)
 
 
 def read_entry(path: Path, key: str) -> dict[str, np.ndarray]:

@@ -37,14 +37,34 @@ class Param(Protocol):
     signed: bool
 
 
+# More significant digits than any 32-bit value has (after leading zeros): refused before int() sees them,
+# which would reject >4300 decimal digits with a bare ValueError and print huge hex values whole.
+_MAX_DIGITS = {16: 8, 2: 32, 10: 10}
+
+
+def _short(text: str) -> str:
+    text = text.strip()
+    return repr(text) if len(text) <= 40 else f"{text[:20]!r}...({len(text)} characters)"
+
+
+def _natural_text(digits: str, hint: str, what: str) -> int:
+    """Decimal digits (already matched) as an int, refusing more digits than a 32-bit value needs."""
+    if len(digits.lstrip("0")) > _MAX_DIGITS[10]:
+        raise click.BadParameter(f"{_short(digits)} is too large: {what}", param_hint=hint)
+    return int(digits)
+
+
 def _int(text: str, hint: str) -> int:
     m = _INT_RE.fullmatch(text)
     if not m:
-        raise click.BadParameter(f"{text.strip()!r} is not an integer (decimal, 0x hex or 0b binary)",
+        raise click.BadParameter(f"{_short(text)} is not an integer (decimal, 0x hex or 0b binary)",
                                  param_hint=hint)
     digits = m.group(1).lstrip("+-")
     base = {"0x": 16, "0b": 2}.get(digits[:2].lower(), 10)  # int(, 0) would reject decimal "007"
-    value = int(digits[2:] if base != 10 else digits, base) * (-1 if m.group(1).startswith("-") else 1)
+    body = digits[2:] if base != 10 else digits
+    if len(body.lstrip("0")) > _MAX_DIGITS[base]:
+        raise click.BadParameter(f"{_short(text)} is outside the 32-bit range [-2^31, 2^32)", param_hint=hint)
+    value = int(body, base) * (-1 if m.group(1).startswith("-") else 1)
     if not LOW <= value < HIGH:
         raise click.BadParameter(f"{value} is outside the 32-bit range [-2^31, 2^32)", param_hint=hint)
     return value
@@ -54,7 +74,7 @@ def parse_value(text: str, hint: str = "--arg") -> Value:
     """One `--arg` text: an int (scalar) or a list of ints (array). Checks syntax and range only."""
     m = _ZEROS_RE.fullmatch(text)
     if m:
-        count = int(m.group(1))
+        count = _natural_text(m.group(1), hint, f"zeros(N) takes N in 1..{MEM_WORDS}")
         if not 1 <= count <= MEM_WORDS:
             raise click.BadParameter(f"zeros({count}): the length must be 1..{MEM_WORDS} "
                                      f"(the machine's memory holds {MEM_WORDS} words)", param_hint=hint)
@@ -72,7 +92,7 @@ def parse_value(text: str, hint: str = "--arg") -> Value:
         return [_int(item, f"{hint} element [{k}]") for k, item in enumerate(items)]
     if _INT_RE.fullmatch(text):
         return _int(text, hint)
-    raise click.BadParameter(f"{text!r} is not {EXPECTED}", param_hint=hint)
+    raise click.BadParameter(f"{_short(text)} is not {EXPECTED}", param_hint=hint)
 
 
 def format_param(p: Param) -> str:
@@ -107,9 +127,10 @@ def parse_dim(text: str, option: str) -> tuple[int, int]:
     """`N` or `X,Y` (positive integers) for --grid / --block; a missing Y is 1."""
     parts = text.split(",")
     if len(parts) > 2 or not all(re.fullmatch(r"\s*[0-9]+\s*", p) for p in parts):
-        raise click.BadParameter(f"{text!r}: expected N or X,Y with positive integers, e.g. 4 or 8,2",
+        raise click.BadParameter(f"{_short(text)}: expected N or X,Y with positive integers, e.g. 4 or 8,2",
                                  param_hint=option)
-    dims = [int(p) for p in parts] + [1] * (2 - len(parts))
+    dims = [_natural_text(p.strip(), option, "a grid or block dimension has at most 10 digits") for p in parts]
+    dims += [1] * (2 - len(parts))
     if min(dims) < 1:
         raise click.BadParameter(f"{text!r}: every dimension must be at least 1", param_hint=option)
     return dims[0], dims[1]

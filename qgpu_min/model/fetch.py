@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import struct
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..files import write_text_atomic
 from .errors import CheckpointError
 from .safetensors_io import INDEX_NAME, SINGLE_NAME
 
@@ -101,7 +101,7 @@ def fetch_model(
     if info.sha is None:
         raise FetchError(f"the hub returned no commit for {repo_id}@{revision}")
     if revision != info.sha:  # so that an offline call can resolve the branch or tag name later
-        _write_atomic(cache / _repo_folder(repo_id) / "refs" / revision, info.sha)
+        write_text_atomic(cache / _repo_folder(repo_id) / "refs" / revision, info.sha)
     return _download(repo_id, info.sha, info.siblings or [], cache, endpoint, say)
 
 
@@ -269,15 +269,7 @@ def _read_stamp(cache: Path, repo_id: str, commit: str) -> Stamp | None:
 
 def _write_stamp(cache: Path, repo_id: str, commit: str, snapshot: Path, expected: dict[str, FileRecord]) -> None:
     files = {n: {**asdict(r), "mtime_ns": (snapshot / n).stat().st_mtime_ns} for n, r in expected.items()}
-    _write_atomic(_stamp_path(cache, repo_id, commit), json.dumps({"snapshot": str(snapshot), "files": files}))
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Write under a temporary name, then rename: a reader never sees a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_text_atomic(_stamp_path(cache, repo_id, commit), json.dumps({"snapshot": str(snapshot), "files": files}))
 
 
 def _repo_folder(repo_id: str) -> str:

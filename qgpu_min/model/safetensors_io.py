@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import struct
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..files import atomic_output, write_text_atomic
 from .errors import CheckpointError
 
 # safetensors dtype name -> how NumPy holds it (BF16 as raw bits)
@@ -87,6 +87,8 @@ def read_header(path: str | Path) -> dict[str, TensorInfo]:
             raw = f.read(n)
     except FileNotFoundError:
         raise CheckpointError(f"{path}: weights file not found") from None
+    except (OSError, ValueError) as e:    # a folder, no permission, a NUL in a name from the index
+        raise CheckpointError(f"{path}: weights file cannot be read ({e})") from None
     try:
         header = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
     except (UnicodeDecodeError, ValueError) as e:      # JSONDecodeError is a ValueError
@@ -219,7 +221,7 @@ def _chunks(data) -> Iterator[np.ndarray]:
 
 def write_safetensors(path: str | Path, tensors: dict[str, TensorData],
                       metadata: dict[str, str] | None = None) -> int:
-    """Write one safetensors file (to a temporary name, renamed at the end); returns the data byte count.
+    """Write one safetensors file (whole or not at all: files.atomic_output); returns the data byte count.
     Tensors are stored in the given order; the header is padded with spaces to a multiple of 8 bytes so
     every tensor starts 8-byte aligned when the sizes allow it."""
     path = Path(path)
@@ -231,8 +233,7 @@ def write_safetensors(path: str | Path, tensors: dict[str, TensorData],
         offset += nbytes
     blob = json.dumps(header, separators=(",", ":")).encode("utf-8")
     blob += b" " * (-len(blob) % 8)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    with atomic_output(path) as f:
         f.write(struct.pack("<Q", len(blob)))
         f.write(blob)
         for name, (dtype, shape, data) in tensors.items():
@@ -246,7 +247,6 @@ def write_safetensors(path: str | Path, tensors: dict[str, TensorData],
             expected = header[name]["data_offsets"][1] - header[name]["data_offsets"][0]
             if written != expected:
                 raise ValueError(f"tensor {name}: wrote {written} bytes, shape {list(shape)} needs {expected}")
-    os.replace(tmp, path)
     return offset
 
 
@@ -268,4 +268,4 @@ def write_checkpoint_weights(model_dir: str | Path, tensors: dict[str, TensorDat
         write_safetensors(model_dir / fname, group)
         weight_map.update({n: fname for n in group})
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-    (model_dir / INDEX_NAME).write_text(json.dumps(index, indent=2), encoding="utf-8")
+    write_text_atomic(model_dir / INDEX_NAME, json.dumps(index, indent=2))

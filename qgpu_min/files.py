@@ -1,0 +1,37 @@
+"""Files written whole or not at all: the one way this project writes a checkpoint file, a cache entry or a
+record. The data goes to a uniquely named temporary file beside the target, is flushed to disk, and is
+renamed over the target; a reader (another process included) sees the old file or the new one, never a
+part, and two writers at once each rename a whole file (the last one wins). On any error the temporary
+file is removed and the target is left as it was."""
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
+
+
+@contextmanager
+def atomic_output(path: str | Path) -> Iterator[BinaryIO]:
+    """A binary file to write `path` through; it replaces `path` when the block ends without an error."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes it 0600; a cache or checkpoint folder may be shared
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """`path.write_text(text)` (UTF-8), whole or not at all."""
+    with atomic_output(path) as f:
+        f.write(text.encode("utf-8"))
