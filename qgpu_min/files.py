@@ -1,16 +1,36 @@
-"""Files written whole or not at all: the one way this project writes a checkpoint file, a cache entry or a
-record. The data goes to a uniquely named temporary file beside the target, is flushed to disk, and is
+"""Reading JSON and writing files safely: the one home for both.
+
+`read_json`/`parse_json` report every way a JSON file can be bad as an OSError or a ValueError (json's own
+RecursionError on deep nesting included), so a caller turns exactly those into its error naming the file.
+
+`atomic_output`: files written whole or not at all, the one way this project writes a checkpoint file, a
+cache entry or a record. The data goes to a uniquely named temporary file beside the target, is flushed to disk, and is
 renamed over the target; a reader (another process included) sees the old file or the new one, never a
 part, and two writers at once each rename a whole file (the last one wins). On any error the temporary
 file is removed and the target is left as it was."""
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
+
+
+def parse_json(raw: str | bytes, object_pairs_hook=None) -> Any:
+    """json.loads; bytes must be UTF-8. Every failure is a ValueError (UnicodeDecodeError and JSONDecodeError
+    are ValueErrors already; nesting deeper than Python's recursion limit is made one)."""
+    try:
+        return json.loads(raw, object_pairs_hook=object_pairs_hook)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to read") from None
+
+
+def read_json(path: str | Path) -> Any:
+    """The parsed JSON of a UTF-8 file; raises OSError (FileNotFoundError when absent) or ValueError."""
+    return parse_json(Path(path).read_bytes())
 
 
 @contextmanager

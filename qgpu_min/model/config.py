@@ -6,14 +6,20 @@ for `Qwen3_5ForCausalLM` (`model_type` "qwen3_5_text", tensors under `model.`).
 """
 from __future__ import annotations
 
-import json
+import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..files import read_json
 from .errors import CheckpointError
 
 LAYER_TYPES = ("linear_attention", "full_attention")
+# Far above Qwen3.5's sizes (its largest, the vocabulary, is 248,320) and small enough that products of two
+# sizes stay far inside the C core's 64-bit index arithmetic: a config beyond them is refused at once.
+MAX_SIZE = 1 << 24
+MAX_LAYERS = 4096
 
 
 @dataclass(frozen=True)
@@ -62,17 +68,62 @@ class TextConfig:
         return [i for i, t in enumerate(self.layer_types) if t == kind]
 
 
-def _int(d: dict, key: str, where: str, default: Any = None) -> int:
+def _int(d: dict, key: str, where: str, default: Any = None, limit: int = MAX_SIZE) -> int:
     value = d.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise CheckpointError(f"config.json: {where}{key} must be a positive integer, found {value!r}")
+        raise CheckpointError(f"config.json: {where}{key} must be a positive integer, found {value!r:.80}")
+    if value > limit:
+        raise CheckpointError(f"config.json: {where}{key} is {value}, more than this runtime's limit of {limit}")
     return value
 
 
 def _positive_number(value: Any, key: str, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise CheckpointError(f"config.json: {where}{key} must be a positive number, found {value!r}")
-    return float(value)
+    number = float("nan")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except OverflowError:       # an integer beyond float's range
+            pass
+    if not 0 < number < math.inf:   # NaN fails too (json reads NaN and Infinity)
+        raise CheckpointError(f"config.json: {where}{key} must be a positive finite number, found {value!r:.80}")
+    return number
+
+
+def _flag(d: dict, key: str, where: str, default: bool) -> bool:
+    value = d.get(key, default)
+    if not isinstance(value, bool):
+        raise CheckpointError(f"config.json: {where}{key} must be true or false, found {value!r:.80}")
+    return value
+
+
+def _token_ids(value: Any, key: str, where: str, vocab_size: int) -> tuple[int, ...]:
+    """eos_token_id: one id or a list of ids, each a token of the vocabulary (absent: none)."""
+    ids = [] if value is None else value if isinstance(value, list) else [value]
+    for t in ids:
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab_size:
+            raise CheckpointError(f"config.json: {where}{key} must be a token id in 0..{vocab_size - 1} or a list "
+                                  f"of them, found {value!r:.80}")
+    return tuple(ids)
+
+
+def _machine_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_state_fits(cfg: "TextConfig", where: str = "", memory: int | None = None) -> None:
+    """The recurrent and convolution state of one sequence is allocated from the config alone (no tensor
+    bounds it: a small file can describe a state of many GiB), so a config whose state exceeds the machine's
+    memory is refused before anything is allocated, with the size it asks for."""
+    memory = _machine_bytes() if memory is None else memory
+    per_layer = 4 * (cfg.linear_num_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim
+                     + cfg.conv_dim * (cfg.linear_conv_kernel_dim - 1))
+    need = per_layer * len(cfg.layers_of("linear_attention"))
+    if memory is not None and need > memory:
+        raise CheckpointError(f"config.json: {where}the linear-attention state of one sequence needs {need} bytes "
+                              f"({need / 2**30:.1f} GiB), more than this machine's memory ({memory / 2**30:.1f} GiB)")
 
 
 def _rope(text: dict, where: str) -> tuple[float, float]:
@@ -92,7 +143,7 @@ def _rope(text: dict, where: str) -> tuple[float, float]:
 
 def _layer_types(text: dict, where: str) -> tuple[str, ...]:
     """The explicit `layer_types` list wins; without it HF derives the pattern from full_attention_interval."""
-    n = _int(text, "num_hidden_layers", where)
+    n = _int(text, "num_hidden_layers", where, limit=MAX_LAYERS)
     types = text.get("layer_types")
     if types is None:
         interval = _int(text, "full_attention_interval", where, 4)
@@ -130,9 +181,9 @@ def parse_config(raw: dict) -> TextConfig:
     if act != "silu":
         raise CheckpointError(f"config.json: {where}hidden_act {act!r} is not supported (only 'silu')")
     theta, factor = _rope(text, where)
-    eos = text.get("eos_token_id", raw.get("eos_token_id"))
-    eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
-    tie = raw.get("tie_word_embeddings", text.get("tie_word_embeddings", True))
+    vocab_size = _int(text, "vocab_size", where)
+    eos_ids = _token_ids(text.get("eos_token_id", raw.get("eos_token_id")), "eos_token_id", where, vocab_size)
+    tie = _flag(raw, "tie_word_embeddings", "", _flag(text, "tie_word_embeddings", where, True))
     eps = _positive_number(text.get("rms_norm_eps", 1e-6), "rms_norm_eps", where)
     cfg = TextConfig(
         hidden_size=_int(text, "hidden_size", where),
@@ -146,12 +197,12 @@ def parse_config(raw: dict) -> TextConfig:
         linear_key_head_dim=_int(text, "linear_key_head_dim", where),
         linear_value_head_dim=_int(text, "linear_value_head_dim", where),
         linear_conv_kernel_dim=_int(text, "linear_conv_kernel_dim", where),
-        vocab_size=_int(text, "vocab_size", where),
+        vocab_size=vocab_size,
         rms_norm_eps=eps,
         rope_theta=theta,
         partial_rotary_factor=factor,
-        attn_output_gate=bool(text.get("attn_output_gate", True)),
-        tie_word_embeddings=bool(tie),
+        attn_output_gate=_flag(text, "attn_output_gate", where, True),
+        tie_word_embeddings=tie,
         eos_token_ids=eos_ids,
         tensor_prefix=prefix,
     )
@@ -164,6 +215,7 @@ def parse_config(raw: dict) -> TextConfig:
     if cfg.rotary_dim % 2 or cfg.rotary_dim > cfg.head_dim:
         raise CheckpointError(f"config.json: {where}head_dim {cfg.head_dim} x partial_rotary_factor "
                               f"{cfg.partial_rotary_factor} must give an even rotary size <= head_dim")
+    check_state_fits(cfg, where)
     return cfg
 
 
@@ -171,9 +223,14 @@ def load_config(model_dir: str | Path) -> TextConfig:
     """Read and validate `<model_dir>/config.json`."""
     path = Path(model_dir) / "config.json"
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = read_json(path)
     except FileNotFoundError:
         raise CheckpointError(f"{path}: not found (is {model_dir} a Qwen3.5 checkpoint directory?)") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except ValueError as e:
         raise CheckpointError(f"{path}: not valid JSON ({e})") from None
-    return parse_config(raw)
+    except OSError as e:  # a folder, no permission
+        raise CheckpointError(f"{path}: cannot be read ({e})") from None
+    try:
+        return parse_config(raw)
+    except CheckpointError as e:        # the messages say "config.json: ..."; name the file the user has
+        raise CheckpointError(str(e).replace("config.json", str(path), 1)) from None

@@ -18,14 +18,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import struct
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..files import write_text_atomic
+from ..files import read_json, write_text_atomic
 from .errors import CheckpointError
-from .safetensors_io import INDEX_NAME, SINGLE_NAME
+from .safetensors_io import INDEX_NAME, SINGLE_NAME, read_header, read_index
 
 DEFAULT_REPO = "Qwen/Qwen3.5-2B"
 PINNED_REVISION = "15852e8c16360a2fea060d615a32b45270f8a8fc"
@@ -177,9 +176,8 @@ def _weight_files(snapshot: Path, available: set[str] | None, where: str) -> lis
     """
     if (snapshot / INDEX_NAME).exists():
         try:
-            weight_map = json.loads((snapshot / INDEX_NAME).read_text())["weight_map"]
-            shards = sorted(set(weight_map.values()))
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            shards = sorted(set(read_index(snapshot).values()))
+        except CheckpointError as e:
             raise FetchError(f"{INDEX_NAME} of {where} is not a valid index ({e})") from e
         missing = [s for s in shards if available is not None and s not in available]
         if missing:
@@ -211,22 +209,14 @@ def _verify(snapshot: Path, expected: dict[str, FileRecord], where: str, stamp: 
 
 
 def _check_safetensors_length(path: Path, size: int, where: str) -> None:
-    """The header names every tensor's byte range: the file must end exactly where the last one does."""
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise FetchError(f"{path.name} of {where} is truncated: {size} bytes, no safetensors header")
-        (n,) = struct.unpack("<Q", head)
-        if 8 + n > size:
-            raise FetchError(f"{path.name} of {where} is truncated: header of {n} bytes in a {size}-byte file")
-        try:
-            header = json.loads(f.read(n))
-            end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
-        except (ValueError, KeyError, TypeError, IndexError) as e:
-            raise FetchError(f"{path.name} of {where} has an unreadable safetensors header ({e})") from e
-    if 8 + n + end != size:
-        raise FetchError(f"{path.name} of {where} holds {size} bytes but its header describes {8 + n + end}: "
-                         f"the file is truncated or corrupt; delete {path.resolve()} and fetch again")
+    """The header (checked as the runtime checks it) names every tensor's byte range: they must tile the
+    file to its end."""
+    try:
+        read_header(path)
+    except CheckpointError as e:
+        why = str(e).removeprefix(f"{path}: ")
+        raise FetchError(f"{path.name} of {where} is truncated or corrupt ({why}); delete {path.resolve()} "
+                         f"and fetch again") from e
 
 
 def _remote_record(sibling) -> FileRecord:
@@ -259,11 +249,11 @@ def _stamp_path(cache: Path, repo_id: str, commit: str) -> Path:
 def _read_stamp(cache: Path, repo_id: str, commit: str) -> Stamp | None:
     path = _stamp_path(cache, repo_id, commit)
     try:
-        files = json.loads(path.read_text())["files"]
+        files = read_json(path)["files"]
         return {n: (FileRecord(int(r["size"]), r["sha256"]), int(r["mtime_ns"])) for n, r in files.items()}
     except FileNotFoundError:
         return None
-    except (ValueError, KeyError, TypeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise FetchError(f"the verification record {path} is unreadable ({e}); delete it and fetch again") from e
 
 

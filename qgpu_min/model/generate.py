@@ -1,7 +1,6 @@
 """Text generation: greedy or sampled (temperature, top-k, top-p, seed), stop tokens, streaming."""
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -10,6 +9,7 @@ import numpy as np
 from .chat_format import chat_prompt
 from .errors import ModelInputError
 from .forward import Model, State
+from .generation_config import read_generation_config
 
 # Qwen3.5's recommended non-thinking sampling, used when the checkpoint has no generation_config.json
 DEFAULT_SAMPLING = {"temperature": 0.7, "top_p": 0.8, "top_k": 20}
@@ -35,15 +35,8 @@ class Sampling:
 
 def default_sampling(model: Model) -> dict:
     """temperature/top_p/top_k from the checkpoint's generation_config.json, else Qwen's recommendation."""
-    out = dict(DEFAULT_SAMPLING)
-    path = model.path / "generation_config.json" if model.path else None
-    if path and path.exists():
-        try:
-            gen = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return out
-        out.update({k: gen[k] for k in DEFAULT_SAMPLING if isinstance(gen.get(k), (int, float))})
-    return out
+    gen = read_generation_config(model.path) if model.path else None
+    return {**DEFAULT_SAMPLING, **(gen.sampling if gen else {})}
 
 
 def candidates(logits: np.ndarray, sampling: Sampling) -> tuple[np.ndarray, np.ndarray]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..files import atomic_output, write_text_atomic
+from ..files import atomic_output, parse_json, read_json, write_text_atomic
 from .errors import CheckpointError
 
 # safetensors dtype name -> how NumPy holds it (BF16 as raw bits)
@@ -90,8 +90,8 @@ def read_header(path: str | Path) -> dict[str, TensorInfo]:
     except (OSError, ValueError) as e:    # a folder, no permission, a NUL in a name from the index
         raise CheckpointError(f"{path}: weights file cannot be read ({e})") from None
     try:
-        header = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
-    except (UnicodeDecodeError, ValueError) as e:      # JSONDecodeError is a ValueError
+        header = parse_json(raw, object_pairs_hook=_unique_keys)
+    except ValueError as e:
         raise CheckpointError(f"{path}: header is not valid JSON ({e})") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: header is not a JSON object")
@@ -104,7 +104,10 @@ def read_header(path: str | Path) -> dict[str, TensorInfo]:
         if name == "__metadata__":
             continue
         try:
-            dtype, shape, (begin, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
+            dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+            if not isinstance(shape, list) or not isinstance(offsets, list):  # tuple() would take a string or {}
+                raise TypeError
+            shape, (begin, end) = tuple(shape), offsets
         except (TypeError, KeyError, ValueError):
             raise CheckpointError(f"{path}: tensor {name}: malformed header entry {entry!r:.200}") from None
         if not isinstance(dtype, str) or dtype not in NUMPY_DTYPES:
@@ -142,19 +145,21 @@ def _check_tiling(path: Path, tensors: dict[str, TensorInfo], base: int, size: i
         raise CheckpointError(f"{path}: {size - at} data bytes after the last tensor belong to no tensor")
 
 
-def _weight_map(model_dir: Path) -> dict[str, str] | None:
-    """The index file's tensor name -> shard file name, or None for a single-file checkpoint."""
-    index = model_dir / INDEX_NAME
+def read_index(model_dir: str | Path) -> dict[str, str] | None:
+    """The index file's tensor name -> shard file name, or None for a single-file checkpoint. Every shard
+    name is a plain file name of the checkpoint folder."""
+    index = Path(model_dir) / INDEX_NAME
     if not index.exists():
         return None
     try:
-        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        weight_map = read_json(index)["weight_map"]
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise TypeError("weight_map must be an object mapping tensor names to file names")
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
+    except (OSError, ValueError, KeyError, TypeError) as e:
         raise CheckpointError(f"{index}: not a valid safetensors index ({type(e).__name__}: {e})") from None
     for name, shard in weight_map.items():     # a shard is a file of this folder, never a path out of it
-        if shard in ("", ".", "..") or "/" in shard or "\\" in shard or Path(shard).name != shard:
+        if (shard in ("", ".", "..") or "/" in shard or "\\" in shard or "\0" in shard
+                or Path(shard).name != shard):
             raise CheckpointError(f"{index}: tensor {name} is mapped to {shard!r}, which is not a file name in "
                                   f"the checkpoint folder")
     return weight_map
@@ -171,7 +176,7 @@ def _files(model_dir: Path, weight_map: dict[str, str] | None) -> list[Path]:
 def checkpoint_files(model_dir: str | Path) -> list[Path]:
     """The weight files of a checkpoint: the shards named by the index file, else model.safetensors."""
     model_dir = Path(model_dir)
-    return _files(model_dir, _weight_map(model_dir))
+    return _files(model_dir, read_index(model_dir))
 
 
 def read_checkpoint_headers(model_dir: str | Path, keep: Callable[[str], bool] = lambda n: True
@@ -179,7 +184,7 @@ def read_checkpoint_headers(model_dir: str | Path, keep: Callable[[str], bool] =
     """All tensors (those `keep` accepts) of a possibly sharded checkpoint, headers checked, nothing mapped.
     With an index, every tensor it lists must be in the shard it names."""
     model_dir = Path(model_dir)
-    weight_map = _weight_map(model_dir)
+    weight_map = read_index(model_dir)
     out: dict[str, TensorInfo] = {}
     for path in _files(model_dir, weight_map):
         for name, info in read_header(path).items():

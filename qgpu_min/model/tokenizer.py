@@ -1,11 +1,11 @@
 """The checkpoint's tokenizer (`tokenizer.json`, via the `tokenizers` library) and its special tokens."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import CheckpointError
+from .generation_config import read_generation_config
 
 CHAT_STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
 
@@ -46,11 +46,6 @@ def load_tokenizer(model_dir: str | Path) -> Tokenizer | None:
     except Exception as e:  # the library raises a bare Exception on malformed files
         raise CheckpointError(f"{path}: cannot be read by `tokenizers` ({e})") from None
     stops = [i for i in (inner.token_to_id(t) for t in CHAT_STOP_TOKENS) if i is not None]
-    gen = model_dir / "generation_config.json"
-    if gen.exists():
-        try:
-            eos = json.loads(gen.read_text(encoding="utf-8")).get("eos_token_id")
-        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as e:
-            raise CheckpointError(f"{gen}: not valid JSON ({e})") from None
-        stops += eos if isinstance(eos, list) else ([eos] if isinstance(eos, int) else [])
+    gen = read_generation_config(model_dir)
+    stops += gen.eos_token_ids if gen else ()
     return Tokenizer(inner, tuple(dict.fromkeys(stops)))
