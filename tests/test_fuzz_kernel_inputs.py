@@ -12,7 +12,7 @@ import click
 import pytest
 from hypothesis import given, strategies as st
 
-from fuzzing import assert_names, budgets, fuzz_settings, mutate_text
+from fuzzing import assert_names, budgets, fuzz_settings, mutate_bytes, mutate_text
 from qgpu_min.errors import QgpuError
 from qgpu_min.host.args import HIGH, LOW, parse_dim, parse_value
 from qgpu_min.host.launch import compile_kernel, launch
@@ -145,5 +145,21 @@ def test_mutated_cuda(budget):
     def check(data):
         source = data.draw(st.sampled_from(sources))
         _compile_and_launch(mutate_text(source, data.draw, tokens), None, data.draw)
+
+    check()
+
+
+@budgets(40, 2000)
+def test_damaged_ptx_files(tmp_path, budget):
+    """Byte damage to a .ptx file (bad UTF-8 included): refused naming a problem, or compiled and launched."""
+    raw = (HERE / "ptx_samples" / "kernels_clang14.ptx").read_bytes()
+    f = tmp_path / "damaged.ptx"
+
+    @fuzz_settings(budget)
+    @given(st.data())
+    def check(data):
+        f.write_bytes(mutate_bytes(raw, data.draw))
+        _compile_and_launch(str(f), data.draw(st.sampled_from(["_Z4vaddPKiS0_Pii", "_Z6reducePKiPi", None])),
+                            data.draw)
 
     check()

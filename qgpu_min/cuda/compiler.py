@@ -215,7 +215,10 @@ def compile_to_ptx(source: str | Path, compiler: str | Compiler | None = None) -
     if path is not None and not path.is_file():
         raise CudaCompileError(f"no such file: {path}")
     if path is not None and path.suffix == ".ptx":
-        text = path.read_text()
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, ValueError) as e:      # PTX is ASCII; anything else is not a PTX file
+            raise CudaCompileError(f"{path}: cannot be read as PTX text ({e})") from None
         return PtxResult(text, "ptx input", ptx_address_size(text))
     if path is None and _looks_like_ptx(str(source)):
         return PtxResult(str(source), "ptx input", ptx_address_size(str(source)))

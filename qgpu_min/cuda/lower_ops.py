@@ -249,17 +249,22 @@ class Lowerer(WideOps, BitOps, MemOps):
         self.label(skip)
 
     def dispatch(self, ins: Instr) -> None:
-        handler = getattr(self, "op_" + ins.opcode, None)
         if ins.opcode in NOPS:
             return
         if ins.opcode in WIDE and instr_width(ins) == 64:
             if WIDE[ins.opcode] is None:
                 raise self.err(f"64-bit {ins.opcode} is not supported")
-            getattr(self, WIDE[ins.opcode])(ins)
-            return
+            handler = getattr(self, WIDE[ins.opcode])
+        else:
+            handler = getattr(self, "op_" + ins.opcode, None)
         if handler is None:
             raise self.err(f"`{ins.opcode}` is not supported by the machine")
-        handler(ins)
+        try:
+            handler(ins)
+        except (IndexError, AttributeError, TypeError, KeyError, ValueError) as e:
+            # compiler output always has the operands a handler reads; hand-edited PTX may not (too few
+            # operands, a number where a register or label belongs)
+            raise self.err(f"its operands are not what `{ins.opcode}` takes ({type(e).__name__}: {e})") from None
 
     # ---- control ------------------------------------------------------------------------
     def op_bra(self, ins: Instr) -> None:
