@@ -16,7 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
+from qgpu_min.files import read_json
 from qgpu_min.model.bf16 import f32_to_bf16
+from qgpu_min.model.config import load_config
 from qgpu_min.model.safetensors_io import MappedFiles, read_checkpoint_headers, write_checkpoint_weights
 
 from .compile import BaseShape, LayerWeights, OutputCode, add_mute, check_exact_weights, emit, plan
@@ -65,7 +67,8 @@ def write_merged(base_dir: str | Path, out_dir: str | Path, layers: list[LayerWe
                  token_rows: np.ndarray) -> Path:
     """Prepend `layers` to the checkpoint in base_dir, append `token_rows` to its vocabulary; write out_dir."""
     base_dir, out_dir = Path(base_dir), Path(out_dir)
-    raw = json.loads((base_dir / "config.json").read_text(encoding="utf-8"))
+    load_config(base_dir)     # checked first: a bad config is a CheckpointError naming the file
+    raw = read_json(base_dir / "config.json")
     text = raw["text_config"] if "text_config" in raw else raw
     prefix = "model.language_model." if "text_config" in raw else "model."
     if text["hidden_size"] != shape.hidden or text["intermediate_size"] != shape.intermediate:
@@ -121,8 +124,6 @@ def build_merged(circuit: Circuit, toks: CircuitTokens, out_code: OutputCode, ba
     """Compile `circuit` for the base checkpoint's shapes (static margin check, exact weights, a text gate
     per sublayer from the base's embedding matrix, checked on every text row) and write the merged
     checkpoint with the circuit tokens appended to the vocabulary."""
-    from qgpu_min.model.config import load_config
-
     cfg = load_config(base_dir)
     shape = BaseShape.from_config(cfg)
     p = plan(circuit, shape, keep=[ig for _, ig in out_code.pairs])
