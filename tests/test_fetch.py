@@ -306,6 +306,23 @@ def test_prefilled_cache_offline(tmp_path):
         fetch_model(REPO, "main", cache_dir=tmp_path / "trunc", local_files_only=True)
 
 
+def test_names_that_would_leave_the_cache_are_refused(tmp_path):
+    """Repository ids, revisions and refs files become paths in the cache: none may point out of it."""
+    for repo in ("../x", "a/b/c", "a/..", "", "a\x00b"):
+        with pytest.raises(FetchError, match="is not of the form org/name"):
+            fetch_model(repo, "main", cache_dir=tmp_path, local_files_only=True)
+    for revision in ("../../etc", "a/../b", "/abs", "", "a//b", "x\x00"):
+        with pytest.raises(FetchError, match="is not a commit, branch or tag name"):
+            fetch_model(REPO, revision, cache_dir=tmp_path, local_files_only=True)
+    files = {n: d for n, d in _repo_files().items() if n in NEEDED}
+    _prefilled_cache(tmp_path / "c", files)
+    ref = tmp_path / "c" / "models--Qwen--Qwen3.5-2B" / "refs" / "main"
+    ref.write_text("../../../../outside")
+    with pytest.raises(FetchError, match=r"refs/main does not hold a commit hash \(found '\.\./\.\./"):
+        fetch_model(REPO, "main", cache_dir=tmp_path / "c", local_files_only=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c"]   # nothing written beside the cache
+
+
 def test_fetch_command(hub, tmp_path):
     from qgpu_min.cli import main
 

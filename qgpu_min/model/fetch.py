@@ -43,6 +43,18 @@ OPTIONAL_FILES = ("tokenizer_config.json", "generation_config.json", "chat_templ
 STAMP_DIR = ".qgpu-min-verified"
 
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+# What the hub accepts: `name` or `org/name` of word characters, dots and dashes; branch and tag names as
+# git allows them (no `..`, no absolute or empty part). Both become paths in the cache, so nothing else passes.
+_REPO_RE = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
+_REVISION_PART_RE = re.compile(r"^[\w.+@-]+$")
+
+
+def _check_names(repo_id: str, revision: str) -> None:
+    if not _REPO_RE.match(repo_id) or ".." in repo_id:
+        raise FetchError(f"repository id {repo_id!r:.80} is not of the form org/name")
+    parts = revision.split("/")
+    if not all(_REVISION_PART_RE.match(p) and p not in (".", "..") for p in parts) or ".." in revision:
+        raise FetchError(f"revision {revision!r:.80} is not a commit, branch or tag name")
 _HASH_CHUNK = 16 << 20
 
 Log = Callable[[str], None]
@@ -81,6 +93,7 @@ def fetch_model(
     from huggingface_hub import HfApi, constants
     from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
 
+    _check_names(repo_id, revision)
     cache = Path(cache_dir).expanduser().resolve() if cache_dir is not None else Path(constants.HF_HUB_CACHE)
     say = log or (lambda _msg: None)
     if local_files_only or constants.is_offline_mode():
@@ -97,8 +110,8 @@ def fetch_model(
             return _from_cache(repo_id, revision, cache, say)
         except FetchError as cached_error:
             raise FetchError(f"{cached_error} (and the hub cannot be reached: {e})") from e
-    if info.sha is None:
-        raise FetchError(f"the hub returned no commit for {repo_id}@{revision}")
+    if info.sha is None or not _COMMIT_RE.match(info.sha):
+        raise FetchError(f"the hub returned no commit hash for {repo_id}@{revision} (got {info.sha!r:.60})")
     if revision != info.sha:  # so that an offline call can resolve the branch or tag name later
         write_text_atomic(cache / _repo_folder(repo_id) / "refs" / revision, info.sha)
     return _download(repo_id, info.sha, info.siblings or [], cache, endpoint, say)
@@ -146,7 +159,9 @@ def _from_cache(repo_id: str, revision: str, cache: Path, say: Log) -> Path:
         ref = storage / "refs" / revision
         if not ref.is_file():
             raise FetchError(f"{repo_id}@{revision} is not in the cache {cache} (no refs/{revision}); fetch it online")
-        commit = ref.read_text().strip()
+        commit = ref.read_text(errors="replace").strip()
+        if not _COMMIT_RE.match(commit):   # it names a folder below: never a path out of the cache
+            raise FetchError(f"{ref} does not hold a commit hash (found {commit!r:.60}); delete it and fetch online")
     snapshot = storage / "snapshots" / commit
     where = f"{repo_id}@{commit}"
     if not snapshot.is_dir():
