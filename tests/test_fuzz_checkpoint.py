@@ -16,7 +16,7 @@ from fuzzing import JSON, assert_names, budgets, fuzz_settings, mutate_bytes
 from qgpu_min.model.config import MAX_LAYERS, MAX_SIZE, TextConfig, check_state_fits, load_config, parse_config
 from qgpu_min.model.errors import CheckpointError
 from qgpu_min.model.generation_config import read_generation_config
-from qgpu_min.model.safetensors_io import (INDEX_NAME, NUMPY_DTYPES, MappedFiles, read_checkpoint_headers,
+from qgpu_min.model.safetensors_io import (INDEX_NAME, MAX_DIMS, NUMPY_DTYPES, MappedFiles, read_checkpoint_headers,
                                            read_header, write_checkpoint_weights)
 from qgpu_min.model.synthetic import write_synthetic_checkpoint
 from qgpu_min.model.tokenizer import load_tokenizer
@@ -49,6 +49,10 @@ def _valid_layout(header: object, data_len: int) -> bool:
             return False
         if not all(type(d) is int and d >= 0 for d in shape):
             return False
+        if math.prod(d for d in shape if d) * NUMPY_DTYPES[dtype].itemsize >= 2 ** 63:
+            return False     # this reader's rules beyond the format's: a shape 64-bit sizes can describe,
+        if len(shape) > MAX_DIMS:   # of at most MAX_DIMS dimensions
+            return False
         if not isinstance(offsets, list) or len(offsets) != 2 or not all(type(o) is int for o in offsets):
             return False
         begin, end = offsets
@@ -78,7 +82,7 @@ def _headers(draw):
     if draw(st.booleans()):
         header["__metadata__"] = draw(st.dictionaries(st.text(max_size=4), st.text(max_size=4) | JSON, max_size=2))
     data_len = at
-    damage = draw(st.sampled_from(["none", "offset", "shape", "dtype", "field", "data", "entry", "huge"]))
+    damage = draw(st.sampled_from(["none", "offset", "shape", "dtype", "field", "data", "entry", "huge", "dims"]))
     names = [t[0] for t in tensors]
     if damage != "none" and names:
         e = header[draw(st.sampled_from(names))]
@@ -93,7 +97,10 @@ def _headers(draw):
         elif damage == "entry":
             header[draw(st.sampled_from(names))] = draw(JSON)
         elif damage == "huge":      # element counts that wrap int64 (the case) or exceed any file
-            e["shape"] = [draw(st.sampled_from([2**62, 2**63, 2**64 - 1, 2**40])), draw(st.integers(0, 8))]
+            e["shape"] = draw(st.permutations([draw(st.sampled_from([2**60, 2**62, 2**63, 2**64 - 1, 2**40])),
+                                                draw(st.integers(0, 8))]))
+        elif damage == "dims":
+            e["shape"] = e["shape"] + [1] * draw(st.integers(28, 40))
     if damage == "data":
         data_len = max(0, data_len + draw(st.integers(-9, 9)))
     return header, bytes(draw(st.binary(min_size=data_len, max_size=data_len)))
@@ -278,7 +285,8 @@ def test_config_state_larger_than_the_machine_is_refused_before_allocating():
     check_state_fits(small, memory=2**30)
     with pytest.raises(CheckpointError, match=r"than this machine's memory \(0\.0 GiB\)"):
         check_state_fits(small, memory=2**20)
-    with pytest.raises(CheckpointError, match="vocab_size is 1099511627776, more than this runtime's limit of 16777216"):
+    with pytest.raises(CheckpointError, match="vocab_size is 1099511627776, more than this runtime's limit of "
+                                              "16777216"):
         parse_config({**raw, "vocab_size": 2**40})
 
 

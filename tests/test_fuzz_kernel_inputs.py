@@ -19,8 +19,8 @@ from qgpu_min.host.launch import compile_kernel, launch
 from qgpu_min.machine.isa import MEM_WORDS
 
 HERE = Path(__file__).parent
-ARG_PIECES = st.lists(st.sampled_from(list("[]0123456789xXbBaAfF,-+ \t()zeros") + ["zeros(", "0x", "0b", "\n", "é", "\x00"]),
-                      max_size=30).map("".join)
+ARG_PIECES = st.lists(st.sampled_from(list("[]0123456789xXbBaAfF,-+ \t()zeros")
+                                     + ["zeros(", "0x", "0b", "\n", "é", "\x00"]), max_size=30).map("".join)
 
 
 def _formatted(value: int, draw) -> str:
@@ -55,7 +55,8 @@ def test_arbitrary_arg_and_dimension_texts(budget):
     """Any text: a value in range (an int or 1..MEM_WORDS of them) or a BadParameter naming the option."""
     @fuzz_settings(budget)
     @given(st.one_of(ARG_PIECES, st.text(max_size=30),
-                     st.integers(0, 6000).map(lambda n: "9" * n), st.integers(0, 3000).map(lambda n: f"zeros({'7' * n})")))
+                     st.integers(0, 6000).map(lambda n: "9" * n),
+                     st.integers(0, 3000).map(lambda n: f"zeros({'7' * n})")))
     def check(text):
         try:
             value = parse_value(text)

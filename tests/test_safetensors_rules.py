@@ -37,6 +37,9 @@ def test_a_well_formed_file_reads(tmp_path):
     # the cases: a shape whose element count wraps int64 to 0, and 2^40 x 2^40
     ({"a": _t("F32", [4611686018427387904, 4], 0, 0)}, b"", r"0 data bytes for F32 .*which needs 73786976294838206464"),
     ({"a": _t("F32", [2 ** 40, 2 ** 40], 0, 0)}, b"", r"which needs 4835703278458516698824704"),
+    # an empty tensor whose shape no 64-bit size can describe; more dimensions than NumPy takes
+    ({"a": _t("F32", [2 ** 62, 0], 0, 0)}, b"", r"tensor a: shape \[4611686018427387904, 0\] is beyond 64-bit sizes"),
+    ({"a": _t("F32", [1] * 33, 0, 4)}, bytes(4), r"tensor a: 33 dimensions, more than 32"),
     # overlapping tensors, a gap before, between and after them
     ({"a": _t("F32", [2], 0, 8), "b": _t("F32", [2], 4, 12)}, bytes(12), r"tensor b \(data_offsets 4\.\.12\) overlaps"),
     ({"a": _t("F32", [2], 4, 12)}, bytes(12), r"4 data bytes before tensor a belong to no tensor \(a gap at 0\)"),

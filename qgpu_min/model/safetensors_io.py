@@ -37,6 +37,7 @@ NUMPY_DTYPES: dict[str, np.dtype] = {
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
 MAX_HEADER = 100 * 1024 * 1024  # the safetensors library's own limit
+MAX_DIMS = 32  # NumPy 1's limit (NumPy 2 allows 64); real checkpoints use at most 4
 
 
 def _nbytes(dtype: str, shape: tuple[int, ...]) -> int:
@@ -114,12 +115,17 @@ def read_header(path: str | Path) -> dict[str, TensorInfo]:
             raise CheckpointError(f"{path}: tensor {name}: unknown dtype {dtype!r}")
         if not all(_natural(d) for d in shape):
             raise CheckpointError(f"{path}: tensor {name}: bad shape {list(shape)}")
+        if len(shape) > MAX_DIMS:
+            raise CheckpointError(f"{path}: tensor {name}: {len(shape)} dimensions, more than {MAX_DIMS}")
         if not (_natural(begin) and _natural(end) and begin <= end):
             raise CheckpointError(f"{path}: tensor {name}: bad data_offsets {[begin, end]}")
         nbytes = _nbytes(dtype, shape)
         if end - begin != nbytes:
             raise CheckpointError(f"{path}: tensor {name}: {end - begin} data bytes for {dtype} "
                                   f"{list(shape)}, which needs {nbytes}")
+        if math.prod(d for d in shape if d) * NUMPY_DTYPES[dtype].itemsize >= 2 ** 63:
+            # an empty tensor too ([2^62, 0]) must have a shape that 64-bit sizes (NumPy's) can describe
+            raise CheckpointError(f"{path}: tensor {name}: shape {list(shape)} is beyond 64-bit sizes")
         if base + end > size:
             raise CheckpointError(f"{path}: tensor {name} ends at byte {base + end} but the file has only "
                                   f"{size} bytes (truncated file?)")
