@@ -120,13 +120,14 @@ class Built:
 
 
 def build_merged(circuit: Circuit, toks: CircuitTokens, out_code: OutputCode, base_dir: str | Path,
-                 out_dir: str | Path) -> Built:
+                 out_dir: str | Path, keep: list | None = None) -> Built:
     """Compile `circuit` for the base checkpoint's shapes (static margin check, exact weights, a text gate
     per sublayer from the base's embedding matrix, checked on every text row) and write the merged
-    checkpoint with the circuit tokens appended to the vocabulary."""
+    checkpoint with the circuit tokens appended to the vocabulary. `keep`: groups the plan holds to the end
+    (default: the output code's input groups, as the demo circuits need; the GPU plans with none)."""
     cfg = load_config(base_dir)
     shape = BaseShape.from_config(cfg)
-    p = plan(circuit, shape, keep=[ig for _, ig in out_code.pairs])
+    p = plan(circuit, shape, keep=[ig for _, ig in out_code.pairs] if keep is None else keep)
     report = static_check(p)
     if not report.ok:
         raise CircuitError("static margin check failed:\n  " + "\n  ".join(report.problems[:10]))

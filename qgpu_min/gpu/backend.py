@@ -1,4 +1,6 @@
-"""The 'circuit' backend: a launch run by the GPU compiled into Qwen3.5 layers (circuit-only model).
+"""The 'circuit' and 'model' backends: a launch run by the GPU compiled into Qwen3.5 layers, either the
+circuit-only model ('circuit') or a checkpoint built by `qgpu-min build`, the GPU in front of Qwen3.5
+('model', `model=DIR`).
 
 The host tokenizes the bound program and the memory image (program.prompt), the model generates the run
 (model.run_launch), and the result is the data memory decoded from the DeltaNet state. With check=True
@@ -7,6 +9,7 @@ every generated token and, at every step, registers and memory are compared with
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 from ..host.backend import BackendRun, LaunchError
@@ -49,21 +52,51 @@ def _warp_steps(generated: list[Token]) -> int:
     return steps
 
 
+_MERGED: dict = {}        # checkpoint folder -> MergedGpu, for the life of the process
+
+
+def _checked_options(backend: str, mode: str, options: dict, allowed: str) -> None:
+    if options:
+        raise LaunchError(f"backend {backend!r} takes {allowed}, not {', '.join(sorted(options))}")
+    if mode not in ("fp32", "bf16"):
+        raise LaunchError(f"mode {mode!r}: choose fp32 or bf16")
+
+
 def run_launch(program: Program, memory: list[int], grid: tuple[int, int], block: tuple[int, int],
                step_limit: int | None, mode: str = "fp32", check: bool = False,
                trace: Callable[[str], None] | None = None, progress: Callable[[str], None] | None = None,
                **options: Any) -> BackendRun:
     """progress(message), when given, hears about long steps before the launch (the first-use compile)."""
-    if options:
-        raise LaunchError(f"backend 'circuit' takes mode, check, trace and progress, not "
-                          f"{', '.join(sorted(options))}")
-    if mode not in ("fp32", "bf16"):
-        raise LaunchError(f"mode {mode!r}: choose fp32 or bf16")
+    _checked_options("circuit", mode, options, "mode, check, trace and progress")
+    grid, block = launch_shape(grid, block, SPEC)
+    check_supported(program, SPEC)
+    return _launch(compiled(SPEC, progress), program, memory, grid, block, step_limit, mode, check, trace)
+
+
+def run_launch_model(program: Program, memory: list[int], grid: tuple[int, int], block: tuple[int, int],
+                     step_limit: int | None, model: str | None = None, mode: str = "fp32", check: bool = False,
+                     trace: Callable[[str], None] | None = None, progress: Callable[[str], None] | None = None,
+                     **options: Any) -> BackendRun:
+    """The launch through a merged checkpoint (`model`: its folder), every Qwen layer included."""
+    _checked_options("model", mode, options, "model, mode, check, trace and progress")
+    if not model:
+        raise LaunchError("backend 'model' needs the merged checkpoint's folder (--model DIR, from `qgpu-min build`)")
+    grid, block = launch_shape(grid, block, SPEC)
+    check_supported(program, SPEC)
+    key = str(Path(model).resolve())
+    if key not in _MERGED:
+        from .merged import load_merged
+        if progress is not None:
+            progress(f"loading the merged checkpoint {model} ...")
+        _MERGED[key] = load_merged(model, SPEC)
+    return _launch(_MERGED[key], program, memory, grid, block, step_limit, mode, check, trace)
+
+
+def _launch(cg, program: Program, memory: list[int], grid: tuple[int, int], block: tuple[int, int],
+            step_limit: int | None, mode: str, check: bool, trace: Callable[[str], None] | None) -> BackendRun:
+    """Tokenize, let the model generate the run (checked token by token when asked), decode the result."""
     spec = SPEC
-    grid, block = launch_shape(grid, block, spec)
-    check_supported(program, spec)
     toks = prompt(program, memory, block, spec, grid)
-    cg = compiled(spec, progress)
     ctas = grid[0] * grid[1]
     limit = (step_limit or DEFAULT_STEP_LIMIT) * LANES * TOKENS_PER_LANE_STEP + ctas * spec.warps + 1
     checker = None
@@ -92,9 +125,10 @@ def run_launch(program: Program, memory: list[int], grid: tuple[int, int], block
     tokens = {"prompt": len(toks), "generated": len(run.generated)}
     extra = {"mode": mode, "layers": len(cg.layers), "checked": check,
              "trace": {"prompt": [token_name(t) for t in toks], "generated": [token_name(t) for t in run.generated],
-                       "prompt_ids": [cg.vocab.id(t) for t in toks],
-                       "generated_ids": [cg.vocab.id(t) for t in run.generated]}}
+                       "prompt_ids": [cg.token_id(t) for t in toks],
+                       "generated_ids": [cg.token_id(t) for t in run.generated]}}
     return BackendRun(words, _warp_steps(run.generated), [], tokens, extra)
 
 
 run_launch.block_format = lambda: _block_format(SPEC)     # launch() lowers kernels for this format
+run_launch_model.block_format = run_launch.block_format

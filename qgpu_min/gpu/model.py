@@ -8,6 +8,7 @@ state (circuit.run.memory_rows). Nothing here computes a result.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,6 +21,9 @@ from .core import GpuCircuit, build
 from .layout import GpuSpec
 from .program import GpuLaunchError
 from .vocab import Token, Vocab, token_name
+
+if TYPE_CHECKING:
+    from .merged import MergedGpu
 
 
 @dataclass
@@ -39,6 +43,12 @@ class CompiledGpu:
     @property
     def data_op(self) -> MemOp:
         return next(op for op in self.plan.ops if isinstance(op, MemOp) and op.mem is self.gc.data_memory)
+
+    def token_id(self, t: Token) -> int:
+        return self.vocab.id(t)
+
+    def token_at(self, i: int) -> Token | None:
+        return self.vocab.tokens[i]
 
 
 def compile_gpu(spec: GpuSpec = GpuSpec(), shape: BaseShape = BaseShape()) -> CompiledGpu:
@@ -74,17 +84,21 @@ class ModelRun:
     memory: list[int]          # the data memory's words, decoded from the state
 
 
-def run_launch(cg: CompiledGpu, prompt: list[Token], mode: str = "fp32", max_generated: int = 100000,
+def run_launch(cg: CompiledGpu | MergedGpu, prompt: list[Token], mode: str = "fp32", max_generated: int = 100000,
                on_token=None) -> ModelRun:
-    """Prefill the prompt, then decode: each step feeds back the argmax token. on_token(i, token, state) is
-    called for every generated token as it is chosen (the state is after the tokens before it)."""
+    """Prefill the prompt, then decode: each step feeds back the argmax token (over the model's whole
+    vocabulary: in a merged checkpoint, text tokens too). on_token(i, token, state) is called for every
+    generated token as it is chosen (the state is after the tokens before it)."""
     model = cg.model(mode)
-    vocab = cg.vocab
     state = model.new_state()
-    logits = model.prefill(state, [vocab.id(t) for t in prompt])
+    logits = model.prefill(state, [cg.token_id(t) for t in prompt])
     generated: list[Token] = []
     while True:
-        t = vocab.tokens[int(np.argmax(logits))]
+        best = int(np.argmax(logits))
+        t = cg.token_at(best)
+        if t is None:
+            raise GpuLaunchError(f"generated token {len(generated)} is the text token id {best}, which the protocol "
+                                 f"does not allow during a launch")
         generated.append(t)
         if on_token is not None:
             on_token(len(generated) - 1, t, state)
@@ -98,5 +112,5 @@ def run_launch(cg: CompiledGpu, prompt: list[Token], mode: str = "fp32", max_gen
             last = next((x for x in reversed(generated) if x[0] == "exec"), ("exec", 0, 0, 0, 0))
             raise TooManyTokens(f"the launch did not halt within {max_generated} generated tokens", last[1], last[2],
                                 last[3], current_cta(generated))
-        logits = model.decode(state, vocab.id(t))
+        logits = model.decode(state, cg.token_id(t))
     return ModelRun(prompt, generated, row_words(memory_rows(cg.plan, cg.data_op, state.recurrent)))

@@ -45,7 +45,7 @@ class BackendFn(Protocol):
 BACKENDS: dict[str, str] = {
     "interp": "qgpu_min.host.backend_interp:run_launch",
     "circuit": "qgpu_min.gpu.backend:run_launch",
-    "model": "qgpu_min.host.backend:model_not_built",
+    "model": "qgpu_min.gpu.backend:run_launch_model",
 }
 
 
@@ -55,14 +55,3 @@ def load_backend(name: str) -> BackendFn:
         raise LaunchError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
     module, _, function = BACKENDS[name].partition(":")
     return getattr(importlib.import_module(module), function)
-
-
-def _not_built(name: str) -> BackendFn:
-    """A table entry for a backend that is planned but does not exist: it fails the launch, naming one that does."""
-    def run_launch(program: Program, memory: list[int], grid: tuple[int, int], block: tuple[int, int],
-                   step_limit: int | None, **options: Any) -> BackendRun:
-        raise LaunchError(f"backend {name!r} is not built yet; use backend='interp'")
-    return run_launch
-
-
-model_not_built = _not_built("model")

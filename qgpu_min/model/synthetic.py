@@ -117,7 +117,8 @@ def _config(sizes: dict, layer_types: list[str], ids: dict[str, int], tie: bool)
             "vision_start_token_id": ids["<|vision_start|>"]}
 
 
-def _tensor_specs(s: dict, layer_types: list[str], tie: bool) -> dict[str, tuple[str, tuple, float, float]]:
+def _tensor_specs(s: dict, layer_types: list[str], tie: bool, embed_mean: float = 0.0
+                  ) -> dict[str, tuple[str, tuple, float, float]]:
     """name -> (dtype, shape, mean, std) of every tensor, text and skipped ones."""
     H, I, p = s["hidden_size"], s["intermediate_size"], "model.language_model."
     nk, nv = s["linear_num_key_heads"], s["linear_num_value_heads"]
@@ -126,7 +127,7 @@ def _tensor_specs(s: dict, layer_types: list[str], tie: bool) -> dict[str, tuple
     conv = 2 * nk * dk + nv * dv
     e = 2.0 / np.sqrt(H)  # embedding scale: tied LM-head logits come out with std ~2
     inp = 1.0 / np.sqrt(H)
-    specs = {f"{p}embed_tokens.weight": ("BF16", (s["vocab_size"], H), 0.0, e),
+    specs = {f"{p}embed_tokens.weight": ("BF16", (s["vocab_size"], H), embed_mean * e, e),
              f"{p}norm.weight": ("BF16", (H,), 0.0, 0.1)}
     if not tie:
         specs["lm_head.weight"] = ("BF16", (s["vocab_size"], H), 0.0, e)
@@ -187,12 +188,14 @@ def _random(rng: np.random.Generator, dtype: str, shape: tuple, mean: float, std
 
 def write_synthetic_checkpoint(path: str | Path, size: str = "tiny", layer_types: list[str] | None = None,
                                layers: int | None = None, seed: int = 0, shards: int = 1, tie: bool = True,
-                               **overrides: int) -> Path:
+                               embed_mean: float = 0.0, **overrides: int) -> Path:
     """Write a synthetic checkpoint directory and return its path.
 
     size: a key of SIZES ("tiny" for tests, "2b" for the published shapes); overrides replace any of its
     fields (hidden_size=..., vocab_size=...). layer_types: the explicit list; or layers=N repeats the
-    size's pattern (3 linear_attention + 1 full_attention for "2b") to N layers.
+    size's pattern (3 linear_attention + 1 full_attention for "2b") to N layers. embed_mean: every
+    embedding entry's mean, in units of its spread (0: isotropic rows; trained embeddings share a strong
+    common direction, which a positive mean imitates).
     """
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}; choose one of {', '.join(SIZES)}")
@@ -226,7 +229,7 @@ def write_synthetic_checkpoint(path: str | Path, size: str = "tiny", layer_types
                                       encoding="utf-8")
 
     rng = np.random.default_rng(seed)
-    specs = _tensor_specs(s, layer_types, tie)
+    specs = _tensor_specs(s, layer_types, tie, embed_mean)
     # the published file stores F32 tensors first, then by name
     order = sorted(specs, key=lambda n: (specs[n][0] != "F32", n))
     tensors = {n: (specs[n][0], specs[n][1], _random(rng, *specs[n])) for n in order}

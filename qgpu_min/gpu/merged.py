@@ -1,0 +1,178 @@
+"""The GPU compiled in front of a base Qwen3.5 checkpoint (`qgpu-min build`), and that checkpoint run as a GPU.
+
+The merged checkpoint is an ordinary one (circuit.merge): the GPU's layers are decoder layers 0..n-1, the
+base's layers follow, and the GPU's tokens are appended to the vocabulary (ids base_vocab + i, tied LM
+head). A text gate per circuit sublayer, found against the base's embedding, keeps every text token's
+circuit outputs exactly zero, so on text the merged model computes what the base computes.
+
+A manifest (`qgpu_manifest.json`) beside the weights says what was built: the base (folder, config and
+index hashes, weight file sizes), the GPU (its circuit key, spec), the layer and token ranges and the
+measured text-gate margins. Running a merged checkpoint recomputes the circuit key and refuses a
+checkpoint built from a different GPU: the token ids and state layout would not match.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..circuit.compile import BaseShape, Plan, plan
+from ..circuit.ir import MemOp
+from ..circuit.merge import build_merged
+from ..circuit.tokens import CircuitTokens
+from ..files import read_json, write_text_atomic
+from ..model.config import load_config
+from ..model.errors import CheckpointError
+from ..model.forward import Model
+from .core import GpuCircuit, build
+from .layout import GpuSpec
+from .program import GpuLaunchError
+from .vocab import Token, Vocab, token_name
+
+MANIFEST = "qgpu_manifest.json"
+MANIFEST_FORMAT = 1
+Progress = Callable[[str], None]
+
+
+def gpu_tokens(vocab: Vocab) -> CircuitTokens:
+    """The GPU's vocabulary as circuit tokens: names and every token's input fields."""
+    return CircuitTokens([token_name(t) for t in vocab.tokens], vocab.table)
+
+
+def _sha256(path: Path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def _base_record(base: Path) -> dict:
+    """What identifies the base: its folder, config and index hashes, and its weight files' sizes (hashing
+    gigabytes of weights would double the build's time; the runtime checks every header anyway)."""
+    from ..model.safetensors_io import INDEX_NAME, checkpoint_files
+    return {"path": str(base.resolve()), "config_sha256": _sha256(base / "config.json"),
+            "index_sha256": _sha256(base / INDEX_NAME),
+            "weight_files": {f.name: f.stat().st_size for f in checkpoint_files(base)}}
+
+
+def build_gpu_checkpoint(base_dir: str | Path, out_dir: str | Path, spec: GpuSpec = GpuSpec(), force: bool = False,
+                         progress: Progress | None = None) -> dict:
+    """Compile the GPU for the base's shapes, merge it in front of the base, write the manifest; returns the
+    manifest. An existing out_dir is an error unless `force`; the checkpoint is written to a temporary
+    folder and renamed at the end (circuit.merge), the manifest inside it before the rename."""
+    from .cache import circuit_key
+
+    say = progress or (lambda _m: None)
+    base, out = Path(base_dir), Path(out_dir)
+    if out.exists() and not force:
+        raise CheckpointError(f"{out} exists; give --force to replace it, or another --out")
+    cfg = load_config(base)
+    shape = BaseShape.from_config(cfg)
+    say("building the GPU circuit ...")
+    gc = build(spec)
+    vocab = Vocab(gc)
+    key = circuit_key(gc, shape)
+    tmp = out.with_name(out.name + ".build")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    say(f"compiling it for {base} and writing the merged checkpoint (the GPU's layers are dense in the file) ...")
+    built = build_merged(gc.circuit, gpu_tokens(vocab), gc.out_code, base, tmp, keep=[])  # planned as compile_gpu
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "qgpu_min_version": _version(),
+        "base": _base_record(base),
+        "gpu": {"circuit_key": key, "spec": _spec_record(spec)},
+        "layers": {"gpu": [0, built.n_layers], "base": [built.n_layers, built.n_layers + cfg.num_hidden_layers]},
+        "tokens": {"gpu": [built.base_vocab, built.base_vocab + len(vocab.tokens)], "base_vocab": built.base_vocab},
+        "text_gate": {"min_margin": built.tau, "max_text_pre_activation": built.text_max_pre},
+    }
+    write_text_atomic(built.path / MANIFEST, json.dumps(manifest, indent=2))
+    if out.exists():
+        shutil.rmtree(out)
+    built.path.rename(out)
+    say(f"wrote {out}")
+    return manifest
+
+
+def _version() -> str:
+    from .. import __version__
+    return __version__
+
+
+def _spec_record(spec: GpuSpec) -> dict:
+    return {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.name != "fmt"}
+
+
+@dataclass
+class MergedGpu:
+    """A merged checkpoint as the launch driver sees it (the same face as model.CompiledGpu): the GPU
+    circuit, its vocabulary at ids offset.., the plan (state layout) and the loaded model per mode."""
+    gc: GpuCircuit
+    vocab: Vocab
+    plan: Plan
+    path: Path
+    offset: int
+    n_layers: int
+    models: dict = field(default_factory=dict)
+
+    def model(self, mode: str = "fp32") -> Model:
+        if mode not in self.models:
+            from ..model.forward import load_model
+            self.models[mode] = load_model(self.path, mode)
+        return self.models[mode]
+
+    @property
+    def layers(self) -> range:
+        return range(self.n_layers)
+
+    @property
+    def data_op(self) -> MemOp:
+        return next(op for op in self.plan.ops if isinstance(op, MemOp) and op.mem is self.gc.data_memory)
+
+    def token_id(self, t: Token) -> int:
+        return self.offset + self.vocab.id(t)
+
+    def token_at(self, i: int) -> Token | None:
+        """The GPU token of vocabulary id i, or None for a text token."""
+        j = i - self.offset
+        return self.vocab.tokens[j] if 0 <= j < len(self.vocab.tokens) else None
+
+
+def read_manifest(model_dir: str | Path) -> dict:
+    path = Path(model_dir) / MANIFEST
+    if not path.is_file():
+        raise CheckpointError(f"{model_dir}: no {MANIFEST}: not a checkpoint built by `qgpu-min build`")
+    try:
+        m = read_json(path)
+        if m["format"] != MANIFEST_FORMAT:
+            raise ValueError(f"format {m['format']!r}, this version reads {MANIFEST_FORMAT}")
+        return m
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{path}: not a valid build manifest ({type(e).__name__}: {e})") from None
+
+
+def load_merged(model_dir: str | Path, spec: GpuSpec = GpuSpec()) -> MergedGpu:
+    """A merged checkpoint ready to run launches, after checking that it holds this version's GPU."""
+    from .cache import circuit_key
+
+    model_dir = Path(model_dir)
+    manifest = read_manifest(model_dir)
+    cfg = load_config(model_dir)
+    shape = BaseShape.from_config(cfg)
+    gc = build(spec)
+    key = circuit_key(gc, shape)
+    try:
+        built_key, (lo, hi), (first, last) = (manifest["gpu"]["circuit_key"], manifest["tokens"]["gpu"],
+                                              manifest["layers"]["gpu"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{model_dir / MANIFEST}: not a valid build manifest ({type(e).__name__}: {e})") from None
+    if built_key != key:
+        raise GpuLaunchError(f"{model_dir} holds a GPU built by another version (circuit key {str(built_key)[:12]}..., "
+                             f"this version's is {key[:12]}...): rebuild it with `qgpu-min build`")
+    vocab = Vocab(gc)
+    if hi - lo != len(vocab.tokens) or hi != cfg.vocab_size or first != 0:
+        raise CheckpointError(f"{model_dir / MANIFEST}: token range {lo}..{hi} or layers {first}..{last} do not "
+                              f"match the checkpoint (vocab_size {cfg.vocab_size}, {len(vocab.tokens)} GPU tokens)")
+    p = plan(gc.circuit, shape)   # as the build planned it (and compile_gpu does)
+    return MergedGpu(gc, vocab, p, model_dir, lo, last)
