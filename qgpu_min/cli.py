@@ -6,20 +6,37 @@ does not pay for the model's loader or huggingface_hub, nor `fetch` for the CUDA
 from __future__ import annotations
 
 import importlib
+import sys
+from collections.abc import Callable
+from functools import wraps
 
 import click
 
 from . import __version__
+from .errors import QgpuError
 
 # name -> (module, attribute), in the order of the data flow: kernels in, the model, the circuit compiler
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("qgpu_min.host.commands", "run"),
     "compile": ("qgpu_min.host.commands", "compile_cmd"),
     "fetch": ("qgpu_min.model.fetch_commands", "fetch_command"),
+    "build": ("qgpu_min.gpu.commands", "build_command"),
     "generate": ("qgpu_min.model.commands", "generate_command"),
     "selftest": ("qgpu_min.circuit.commands", "selftest_command"),
     "circuit-report": ("qgpu_min.circuit.commands", "circuit_report_command"),
 }
+
+
+def user_errors(command: Callable) -> Callable:
+    """Report QgpuError as `error: <message>` with exit code 1 instead of a traceback (for every command)."""
+    @wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except QgpuError as e:
+            click.echo(f"error: {e}", err=True)
+            sys.exit(1)
+    return wrapper
 
 
 class LazyGroup(click.Group):

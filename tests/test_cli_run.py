@@ -164,9 +164,13 @@ def test_memory_over_capacity(backend: list[str]) -> None:
     assert_error(r, 1, "error:", "1024", "over by")
 
 
-def test_backend_not_built() -> None:
+def test_backend_model_needs_a_built_checkpoint(tmp_path) -> None:
     r = qgpu("run", DOT, *DOT_ARGS, "--backend", "model")
-    assert_error(r, 1, "error:", "model")
+    assert r.exit_code == 2 and "--backend model needs --model DIR" in r.output
+    r = qgpu("run", DOT, *DOT_ARGS, "--model", str(tmp_path))
+    assert r.exit_code == 2 and "--model DIR goes with --backend model" in r.output
+    r = qgpu("run", DOT, *DOT_ARGS, "--backend", "model", "--model", str(tmp_path))
+    assert_error(r, 1, "error:", "no qgpu_manifest.json", "not a checkpoint built by `qgpu-min build`")
 
 
 def test_gpu_options_are_refused_on_the_interpreter() -> None:

@@ -4,7 +4,7 @@ import pytest
 from qgpu_min.cuda.lower_ir import MemoryLayout
 from qgpu_min.host import launch as launch_mod
 from qgpu_min.host.backend import BackendRun
-from qgpu_min.host.launch import CompiledKernel, LaunchError, ParamInfo, launch
+from qgpu_min.host.launch import CompiledKernel, LaunchError, ParamInfo, compile_kernel, launch
 from qgpu_min.machine.interp import StepLimitError, run
 from qgpu_min.machine.isa import MEM_WORDS, Program, Term
 from test_machine_interp import I, blk, li, tid
@@ -56,13 +56,13 @@ def test_arrays_come_from_the_memory_the_backend_returns(monkeypatch):
     assert run(GIVEN["program"], GIVEN["memory"]).memory[:4] == [11, 12, 13, 6]
 
 
-def test_unknown_and_unbuilt_backends():
+def test_unknown_backend_and_model_without_a_checkpoint():
     k = add_n_kernel()
     with pytest.raises(LaunchError, match=r"unknown backend 'gpu'; choose one of interp, circuit, model"):
         launch(k, [[1], 2], backend="gpu")
-    for name in ("model",):
-        with pytest.raises(LaunchError, match=rf"backend '{name}' is not built yet; use backend='interp'"):
-            launch(k, [[1], 2], backend=name)
+    real = compile_kernel("__global__ void one(int* a) { a[threadIdx.x] = 1; }")
+    with pytest.raises(LaunchError, match=r"backend 'model' needs the merged checkpoint's folder"):
+        launch(real, [[0]], backend="model")
 
 
 def test_interp_rejects_options_meant_for_another_backend():

@@ -171,13 +171,18 @@ class BadEntry(Exception):
     """A cache entry that cannot be used (unreadable, corrupt, stale)."""
 
 
-def default_cache_dir() -> Path:
-    """$QGPU_CACHE_DIR, else <$XDG_CACHE_HOME or ~/.cache>/qgpu-min/gpu."""
-    if os.environ.get("QGPU_CACHE_DIR"):
-        return Path(os.environ["QGPU_CACHE_DIR"]).expanduser()
+def user_cache_root() -> Path:
+    """<$XDG_CACHE_HOME or ~/.cache>/qgpu-min: the GPU cache and built checkpoints live below it."""
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"  # the XDG spec ignores relative paths
-    return base / "qgpu-min" / "gpu"
+    return base / "qgpu-min"
+
+
+def default_cache_dir() -> Path:
+    """$QGPU_CACHE_DIR, else <user cache root>/gpu."""
+    if os.environ.get("QGPU_CACHE_DIR"):
+        return Path(os.environ["QGPU_CACHE_DIR"]).expanduser()
+    return user_cache_root() / "gpu"
 
 
 def entry_path(cache_dir: Path, key: str) -> Path:

@@ -74,8 +74,9 @@ def build_gpu_checkpoint(base_dir: str | Path, out_dir: str | Path, spec: GpuSpe
     vocab = Vocab(gc)
     key = circuit_key(gc, shape)
     tmp = out.with_name(out.name + ".build")
-    if tmp.exists():
+    if tmp.exists():       # what an interrupted build left: never taken for a checkpoint
         shutil.rmtree(tmp)
+    check_disk(base, out, plan(gc.circuit, shape).n_layers, len(vocab.tokens), shape)
     say(f"compiling it for {base} and writing the merged checkpoint (the GPU's layers are dense in the file) ...")
     built = build_merged(gc.circuit, gpu_tokens(vocab), gc.out_code, base, tmp, keep=[])  # planned as compile_gpu
     manifest = {
@@ -93,6 +94,29 @@ def build_gpu_checkpoint(base_dir: str | Path, out_dir: str | Path, spec: GpuSpe
     built.path.rename(out)
     say(f"wrote {out}")
     return manifest
+
+
+def estimated_bytes(base: Path, gpu_layers: int, gpu_tokens: int, shape: BaseShape) -> int:
+    """The merged checkpoint's size: the base's weight files, one base linear-attention layer's tensors per GPU
+    layer (a GPU layer has exactly those tensors, stored dense), and the GPU tokens' embedding rows (bf16)."""
+    from ..model.safetensors_io import checkpoint_files, read_checkpoint_headers
+    infos = read_checkpoint_headers(base)
+    cfg = load_config(base)
+    lin = cfg.layers_of("linear_attention")
+    prefix = f"{cfg.tensor_prefix}layers.{lin[0]}." if lin else None
+    per_layer = sum(i.end - i.begin for n, i in infos.items() if prefix and n.startswith(prefix))
+    files = sum(f.stat().st_size for f in checkpoint_files(base))
+    return files + gpu_layers * per_layer + gpu_tokens * shape.hidden * 2
+
+
+def check_disk(base: Path, out: Path, gpu_layers: int, gpu_tokens: int, shape: BaseShape) -> None:
+    """Refuse before writing anything when the output's file system cannot hold the checkpoint."""
+    need = estimated_bytes(base, gpu_layers, gpu_tokens, shape)
+    folder = next(p for p in (out.resolve(), *out.resolve().parents) if p.exists())
+    free = shutil.disk_usage(folder).free
+    if need * 1.02 + (64 << 20) > free:
+        raise CheckpointError(f"the merged checkpoint needs about {need / 2**30:.1f} GiB; {folder} has "
+                              f"{free / 2**30:.1f} GiB free")
 
 
 def _version() -> str:

@@ -7,14 +7,11 @@ Malformed options exit 2 through click's usage errors.
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Callable
-from functools import wraps
 from pathlib import Path
 
 import click
 
-from ..errors import QgpuError
+from ..cli import user_errors
 from ..machine.isa import DEFAULT_STEP_LIMIT, MAX_THREADS_PER_CTA
 from ..model.modes import MODES
 from .args import bind_args, parse_dim, parse_value
@@ -32,18 +29,6 @@ COMPILER = click.option("--compiler", metavar="C",
                              "clang++/clang on PATH, the ziglang wheel, nvcc).")
 
 
-def _user_errors(command: Callable) -> Callable:
-    """Report QgpuError as `error: <message>` with exit code 1 instead of a traceback."""
-    @wraps(command)
-    def wrapper(*args, **kwargs):
-        try:
-            return command(*args, **kwargs)
-        except QgpuError as e:
-            click.echo(f"error: {e}", err=True)
-            sys.exit(1)
-    return wrapper
-
-
 def _dim(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, int] | None:
     return None if value is None else parse_dim(value, f"--{param.name}")
 
@@ -54,17 +39,23 @@ def _warn(warnings: list[str]) -> None:
         click.echo(f"warning: {w}", err=True)
 
 
-def _model_options(backend: str, mode: str | None, check: bool, trace: bool) -> dict:
+def _model_options(backend: str, mode: str | None, check: bool, trace: bool, model_dir: str | None) -> dict:
     """The options of the GPU backends; given to the interpreter they are a usage error."""
     if backend == "interp":
-        given = [name for name, on in (("--mode", mode), ("--check", check), ("--trace", trace)) if on]
+        given = [name for name, on in (("--mode", mode), ("--check", check), ("--trace", trace),
+                                       ("--model", model_dir)) if on]
         if given:
             raise click.UsageError(f"{', '.join(given)} apply to --backend circuit or model, not interp")
         return {}
+    if (backend == "model") != bool(model_dir):
+        raise click.UsageError("--backend model needs --model DIR (a checkpoint from `qgpu-min build`)"
+                               if model_dir is None else "--model DIR goes with --backend model")
     # progress on stderr, so --json stdout stays one object: the first use compiles the GPU (seconds)
     out = {"mode": mode or "fp32", "check": check, "progress": lambda message: click.echo(message, err=True)}
     if trace:
         out["trace"] = lambda name: click.echo(name)
+    if model_dir:
+        out["model"] = model_dir
     return out
 
 
@@ -84,8 +75,10 @@ def _ints(values) -> list[int]:
                    f"largest array argument, at most {MAX_THREADS_PER_CTA}.")
 @click.option("--backend", type=click.Choice(BACKENDS), default=DEFAULT_BACKEND, show_default=True,
               help="circuit: the GPU compiled into Qwen3.5 layers (no base model; compiled on first use and "
-                   "cached). interp: the reference interpreter (what --check replays). model: the merged "
-                   "checkpoint (not built yet).")
+                   "cached). interp: the reference interpreter (what --check replays). model: a checkpoint "
+                   "from `qgpu-min build`, the GPU in front of Qwen3.5 (--model DIR).")
+@click.option("--model", "model_dir", type=click.Path(file_okay=False, exists=True), metavar="DIR",
+              help="model: the merged checkpoint's folder (printed by `qgpu-min build`).")
 @click.option("--mode", type=click.Choice(MODES), help="circuit/model: activations in fp32 "
               "(default) or rounded to bf16 after every op, as torch does.")
 @click.option("--check", is_flag=True, help="circuit/model: replay on the interpreter and compare every "
@@ -100,9 +93,10 @@ def _ints(values) -> list[int]:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of `name = [..]` lines.")
 @click.option("--step-limit", type=click.IntRange(min=1), metavar="N",
               help=f"Stop with an error after N warp steps (default {DEFAULT_STEP_LIMIT}).")
-@_user_errors
+@user_errors
 def run(source: Path, arg_texts: tuple[str, ...], kernel: str | None, grid: tuple[int, int],
-        block: tuple[int, int] | None, backend: str, mode: str | None, check: bool, trace: bool, memcheck: bool,
+        block: tuple[int, int] | None, backend: str, model_dir: str | None, mode: str | None, check: bool,
+        trace: bool, memcheck: bool,
         compiler: str | None, as_json: bool, step_limit: int | None) -> None:
     """Compile a CUDA kernel (.cu or .ptx) and launch it on the machine.
 
@@ -119,7 +113,7 @@ def run(source: Path, arg_texts: tuple[str, ...], kernel: str | None, grid: tupl
     compiled = compile_kernel(source, kernel=kernel, compiler=compiler)
     _warn(compiled.warnings)
     args = bind_args(values, compiled.params, compiled.name)
-    options = _model_options(backend, mode, check, trace and not as_json)
+    options = _model_options(backend, mode, check, trace and not as_json, model_dir)
     result = launch(compiled, args, grid=grid, block=block, backend=backend, step_limit=step_limit,
                     memcheck=memcheck, **options)
     _warn(result.warnings)
@@ -147,7 +141,7 @@ def run(source: Path, arg_texts: tuple[str, ...], kernel: str | None, grid: tupl
 @KERNEL
 @COMPILER
 @click.option("--ptx", "show_ptx", is_flag=True, help="Print the compiler's PTX instead of the machine program.")
-@_user_errors
+@user_errors
 def compile_cmd(source: Path, kernel: str | None, compiler: str | None, show_ptx: bool) -> None:
     """Compile a CUDA kernel and print the machine program: blocks, instructions, registers, memory map."""
     if show_ptx:  # straight from the compiler, so it shows even where the lowering would fail

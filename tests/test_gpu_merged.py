@@ -1,0 +1,111 @@
+"""The GPU merged in front of a base checkpoint (`qgpu-min build`, gpu/merged.py) and launches through it
+(`--backend model`).
+
+Default run: what is refused before anything is written or loaded (an existing output, too little disk, a
+folder without a manifest, a manifest of another GPU), the token mapping, the size estimate. Slow run: a
+real build on a 2B-shaped synthetic base (two base layers, embeddings with a common direction as trained
+ones have), then the dot example through every layer under --check in fp32 and bf16, and text logits
+bit-identical to the base's in fp32.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from qgpu_min.cli import main
+from qgpu_min.circuit.compile import BaseShape
+from qgpu_min.gpu import merged
+from qgpu_min.gpu.merged import MANIFEST, build_gpu_checkpoint, load_merged, read_manifest
+from qgpu_min.gpu.program import GpuLaunchError
+from qgpu_min.model.errors import CheckpointError
+from qgpu_min.model.synthetic import write_synthetic_checkpoint
+
+ROOT = Path(__file__).resolve().parent.parent
+DOT_ARGS = ["--arg", "[1,2,3]", "--arg", "[4,5,6]", "--arg", "zeros(1)", "--arg", "3"]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    return write_synthetic_checkpoint(tmp_path_factory.mktemp("merged") / "base", "2b",
+                                      layer_types=["linear_attention", "full_attention"], vocab_size=512,
+                                      embed_mean=1.0)
+
+
+def test_an_existing_output_is_kept_without_force(base, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep me")
+    with pytest.raises(CheckpointError, match="exists; give --force to replace it"):
+        build_gpu_checkpoint(base, out)
+    assert [p.name for p in out.iterdir()] == ["mine.txt"]
+
+
+def test_too_little_disk_is_refused_before_writing(base, tmp_path, monkeypatch):
+    monkeypatch.setattr(merged.shutil, "disk_usage", lambda p: type("U", (), {"free": 1 << 30})())
+    with pytest.raises(CheckpointError, match=r"the merged checkpoint needs about 4\.\d GiB; .* has 1\.0 GiB free"):
+        build_gpu_checkpoint(base, tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_size_estimate_counts_dense_gpu_layers(base):
+    per_layer = 2 * (6144 * 2048 + 2048 * 2048 + 2 * 16 * 2048 + 2048 * 2048 + 3 * 6144 * 2048 + 2 * 2048
+                     + 6144 * 4 + 16) + 4 * (16 + 128)     # bf16 matrices, norms, conv, dt_bias; f32 A_log, norm
+    files = sum(f.stat().st_size for f in base.glob("*.safetensors"))
+    got = merged.estimated_bytes(base, 41, 100, BaseShape())
+    assert got == files + 41 * per_layer + 100 * 2048 * 2
+
+
+def test_a_folder_without_a_manifest_or_with_another_gpu_is_refused(base, tmp_path):
+    with pytest.raises(CheckpointError, match="no qgpu_manifest.json: not a checkpoint built by `qgpu-min build`"):
+        load_merged(base)
+    (tmp_path / MANIFEST).write_text("{not json")
+    with pytest.raises(CheckpointError, match="not a valid build manifest"):
+        read_manifest(tmp_path)
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "config.json").write_text((base / "config.json").read_text())
+    (fake / MANIFEST).write_text(json.dumps({"format": 1, "gpu": {"circuit_key": "0" * 64},
+                                             "tokens": {"gpu": [512, 600]}, "layers": {"gpu": [0, 41]}}))
+    with pytest.raises(GpuLaunchError, match="holds a GPU built by another version .* rebuild it"):
+        load_merged(fake)
+
+
+@pytest.fixture(scope="module")
+def built(base, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("merged_out") / "gpu"
+    r = CliRunner().invoke(main, ["build", "--base", str(base), "--out", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout)
+    assert summary["path"] == str(out) and summary["manifest"]["layers"]["base"][1] - \
+        summary["manifest"]["layers"]["base"][0] == 2
+    assert abs(summary["bytes"] - merged.estimated_bytes(base, summary["manifest"]["layers"]["gpu"][1],
+                                                           summary["manifest"]["tokens"]["gpu"][1] - 512,
+                                                           BaseShape())) < 2 << 20
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["fp32", "bf16"])
+def test_dot_through_the_merged_model_exact_under_check(built, mode):
+    r = CliRunner().invoke(main, ["run", str(ROOT / "examples" / "dot.cu"), *DOT_ARGS, "--backend", "model",
+                                  "--model", str(built), "--mode", mode, "--check", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["arrays"]["out"] == [32] and out["checked"] and out["backend"] == "model"
+    assert out["tokens"] == {"prompt": 305, "generated": 46}
+
+
+@pytest.mark.slow
+def test_text_logits_of_the_merged_model_equal_the_base_exactly(base, built):
+    from qgpu_min.model.forward import load_model
+    text = [5, 17, 300, 2, 511, 64, 64, 9]
+    b, m = load_model(base, "fp32"), load_model(built, "fp32")
+    sb, sm = b.new_state(), m.new_state()
+    want, got = b.prefill(sb, text[:3]), m.prefill(sm, text[:3])
+    assert np.array_equal(got[:512], want)       # the base vocabulary's logits, bit for bit
+    for t in text[3:]:                           # and at every later position, decoding
+        assert np.array_equal(m.decode(sm, t)[:512], b.decode(sb, t))
