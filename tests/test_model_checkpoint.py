@@ -310,3 +310,37 @@ def test_synthetic_checkpoints_are_reproducible_by_seed(tmp_path, tiny):
     other = write_synthetic_checkpoint(tmp_path / "other", seed=4)
     assert (other / "tokenizer.json").read_bytes() == (tiny / "tokenizer.json").read_bytes()
     assert checkpoint_files(other)[0].read_bytes() != checkpoint_files(tiny)[0].read_bytes()
+
+
+def _with_lm_head(src, dst, head):
+    """A copy of checkpoint `src` that also stores lm_head.weight (what `head` makes of the embedding)."""
+    from qgpu_min.model.safetensors_io import write_checkpoint_weights
+    infos = read_checkpoint_headers(src)
+    maps = MappedFiles()
+    tensors = {n: (i.dtype, i.shape, np.ascontiguousarray(maps.array(i))) for n, i in infos.items()}
+    embed = tensors["model.language_model.embed_tokens.weight"]
+    tensors["lm_head.weight"] = (embed[0], embed[1], head(embed[2].copy()))
+    dst.mkdir()
+    write_checkpoint_weights(dst, tensors)
+    for f in ("config.json", "tokenizer.json", "generation_config.json"):
+        shutil.copy(src / f, dst / f)
+    return dst
+
+
+def test_a_tied_checkpoint_that_also_stores_its_lm_head(tmp_path):
+    """transformers writes lm_head.weight even for tied weights when saving an explicit state dict: equal to
+    the embedding it is dropped (same logits); different, the error names both tensors."""
+    src = write_synthetic_checkpoint(tmp_path / "tied", "tiny")
+    same = _with_lm_head(src, tmp_path / "same", lambda e: e)
+    ids = [1, 5, 9, 2]
+    want = load_model(src).prefill(load_model(src).new_state(), ids)
+    m = load_model(same)
+    assert np.array_equal(m.prefill(m.new_state(), ids), want)
+
+    def changed(e):
+        e[3, 7] ^= 1
+        return e
+    other = _with_lm_head(src, tmp_path / "other", changed)
+    with pytest.raises(CheckpointError, match=r"ties the LM head .* lm_head.weight \(BF16 \[.*\]\) differs from "
+                                              r"model.language_model.embed_tokens.weight"):
+        load_model(other)

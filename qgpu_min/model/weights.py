@@ -167,12 +167,28 @@ def build_weights(cfg: TextConfig, arrays: dict[str, np.ndarray], sparse: bool =
                    files=files)
 
 
+def _without_tied_copy(arrays: dict[str, np.ndarray], dtypes: dict[str, str], cfg: TextConfig) -> dict:
+    """A tied checkpoint may also store lm_head.weight (transformers writes one when it saves an explicit
+    state dict). Equal to the embedding, bit for bit, it is dropped; different, it is an error naming both."""
+    head, embed = "lm_head.weight", f"{cfg.tensor_prefix}embed_tokens.weight"
+    if not cfg.tie_word_embeddings or head not in arrays or embed not in arrays:
+        return arrays
+    a, b = arrays[head], arrays[embed]
+    if dtypes[head] != dtypes[embed] or a.shape != b.shape or not np.array_equal(a, b):
+        raise CheckpointError(f"config.json ties the LM head to the embedding (tie_word_embeddings true), but the "
+                              f"checkpoint's {head} ({dtypes[head]} {list(a.shape)}) differs from {embed} "
+                              f"({dtypes[embed]} {list(b.shape)}); set tie_word_embeddings false to use it")
+    return {n: x for n, x in arrays.items() if n != head}
+
+
 def load_weights(model_dir: str | Path, cfg: TextConfig, sparse: bool = True) -> Weights:
     """Check every header against the config, then map the tensors (vision and MTP tensors skipped)."""
     found = read_checkpoint_headers(model_dir, keep=lambda n: is_text_tensor(n, cfg))
-    check_tensors({n: (i.dtype, i.shape) for n, i in found.items()}, cfg)
     files = MappedFiles()
-    return build_weights(cfg, {n: files.array(i) for n, i in found.items()}, sparse, files)
+    arrays = _without_tied_copy({n: files.array(i) for n, i in found.items()}, {n: i.dtype for n, i in found.items()},
+                                cfg)
+    check_tensors({n: (found[n].dtype, found[n].shape) for n in arrays}, cfg)
+    return build_weights(cfg, arrays, sparse, files)
 
 
 def weights_from_arrays(cfg: TextConfig, tensors: dict[str, np.ndarray], sparse: bool = True) -> Weights:
@@ -183,5 +199,7 @@ def weights_from_arrays(cfg: TextConfig, tensors: dict[str, np.ndarray], sparse:
     for name, a in text.items():
         if not isinstance(a, np.ndarray):
             raise CheckpointError(f"tensor {name}: expected a NumPy array, got {type(a).__name__}")
-    check_tensors({n: (dtype_names.get(a.dtype, str(a.dtype)), a.shape) for n, a in text.items()}, cfg)
+    dtypes = {n: dtype_names.get(a.dtype, str(a.dtype)) for n, a in text.items()}
+    text = _without_tied_copy(text, dtypes, cfg)
+    check_tensors({n: (dtypes[n], a.shape) for n, a in text.items()}, cfg)
     return build_weights(cfg, {n: np.ascontiguousarray(a) for n, a in text.items()}, sparse)
