@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compile": ("qgpu_min.host.commands", "compile_cmd"),
     "fetch": ("qgpu_min.model.fetch_commands", "fetch_command"),
     "build": ("qgpu_min.gpu.commands", "build_command"),
+    "drift": ("qgpu_min.gpu.commands", "drift_command"),
     "generate": ("qgpu_min.model.commands", "generate_command"),
     "selftest": ("qgpu_min.circuit.commands", "selftest_command"),
     "circuit-report": ("qgpu_min.circuit.commands", "circuit_report_command"),

@@ -298,7 +298,8 @@ def test_generation_config(tmp_path, tiny_checkpoint, budget):
     f = tmp_path / "generation_config.json"
 
     @fuzz_settings(budget)
-    @given(st.one_of(JSON, st.dictionaries(st.sampled_from(["eos_token_id", "temperature", "top_p", "top_k"]), JSON)
+    @given(st.one_of(JSON, st.dictionaries(st.sampled_from(["eos_token_id", "temperature", "top_p", "top_k",
+                                                            "suppress_tokens"]), JSON | st.lists(st.integers(-2, 9)))
                      .map(lambda d: {**base, **d})))
     def check(gen):
         f.write_text(json.dumps(gen))
@@ -308,7 +309,7 @@ def test_generation_config(tmp_path, tiny_checkpoint, budget):
             assert_names(e, str(f))
             return
         assert isinstance(gen, dict)
-        assert all(type(t) is int and t >= 0 for t in got.eos_token_ids)
+        assert all(type(t) is int and t >= 0 for t in got.eos_token_ids + got.suppress_tokens)
         s = got.sampling
         assert set(s) <= {"temperature", "top_p", "top_k"} and all(s[k] == gen[k] for k in s)
         assert 0 < s.get("temperature", 1) < math.inf and 0 < s.get("top_p", 1) <= 1

@@ -100,6 +100,22 @@ def test_dot_through_the_merged_model_exact_under_check(built, mode):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", ["fp32", "bf16"])
+def test_drift_is_exactly_zero_with_the_gpu_tokens_suppressed(base, built, mode, tmp_path):
+    gen = json.loads((built / "generation_config.json").read_text())
+    manifest = json.loads((built / MANIFEST).read_text())
+    assert gen["suppress_tokens"] == list(range(*manifest["tokens"]["gpu"]))
+    text = tmp_path / "t.txt"
+    text.write_text("The harbour was quiet before dawn; 3^2 + 4^2 = 5^2. Le matin, la ville se réveille.")
+    r = CliRunner().invoke(main, ["drift", "--base", str(base), "--model", str(built), "--text", str(text),
+                                  "--mode", mode, "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["positions"] > 50 and d["kl"]["max"] == 0 and d["top1_agreement"] == 1 and d["max_logit_diff"] == 0
+    assert d["suppressed_tokens"] == manifest["tokens"]["gpu"][1] - manifest["tokens"]["gpu"][0]
+
+
+@pytest.mark.slow
 def test_text_logits_of_the_merged_model_equal_the_base_exactly(base, built):
     from qgpu_min.model.forward import load_model
     text = [5, 17, 300, 2, 511, 64, 64, 9]

@@ -172,3 +172,23 @@ def test_cli_errors_are_clear(tmp_path, tiny):
     assert res.exit_code != 0 and "config.json: not found" in res.output
     res = CliRunner().invoke(main, ["generate", "--model", str(tiny), "hi", "--top-p", "2"])
     assert res.exit_code != 0 and "top_p must be in (0, 1], got 2.0" in res.output
+
+
+def test_suppressed_tokens_are_never_generated(tmp_path):
+    """generation_config.json's suppress_tokens (a built checkpoint lists its GPU tokens there) are never
+    picked, greedy or sampled."""
+    import json
+
+    from qgpu_min.model.forward import load_model
+    from qgpu_min.model.generate import Sampling, generate_ids
+    from qgpu_min.model.synthetic import write_synthetic_checkpoint
+    d = write_synthetic_checkpoint(tmp_path / "m", "tiny", seed=3)
+    prompt = [5, 6, 7]
+    free = list(generate_ids(load_model(d), prompt, 12, Sampling(greedy=True), stop_ids=()))
+    gen = json.loads((d / "generation_config.json").read_text())
+    gen["suppress_tokens"] = sorted(set(free))
+    (d / "generation_config.json").write_text(json.dumps(gen))
+    m = load_model(d)
+    for sampling in (Sampling(greedy=True), Sampling(seed=1, top_k=0, top_p=1.0)):
+        got = list(generate_ids(m, prompt, 12, sampling, stop_ids=()))
+        assert len(got) == 12 and not set(got) & set(free), (sampling, got, free)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import time
+
+import numpy as np
 from pathlib import Path
 
 import click
@@ -50,3 +52,55 @@ def build_command(base: Path | None, out: Path | None, force: bool, as_json: boo
         say(f"built in {seconds} s: {size / 2**30:.2f} GiB, GPU layers {lo}..{hi - 1}, GPU tokens {t0}..{t1 - 1}, "
             f"text-gate margin {manifest['text_gate']['min_margin']:.3f}")
         click.echo(str(out))
+
+
+@click.command("drift")
+@click.option("--base", type=click.Path(file_okay=False, exists=True, path_type=Path), required=True,
+              help="The base checkpoint the model was built on.")
+@click.option("--model", "model_dir", type=click.Path(file_okay=False, exists=True, path_type=Path), required=True,
+              help="The merged checkpoint (from `qgpu-min build`).")
+@click.option("--text", "text_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="A UTF-8 text to read (default: a built-in sample of varied text).")
+@click.option("--limit", type=click.IntRange(min=1), metavar="N", help="Read at most the first N tokens.")
+@click.option("--mode", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
+@user_errors
+def drift_command(base: Path, model_dir: Path, text_file: Path | None, limit: int | None, mode: str,
+                  as_json: bool) -> None:
+    """Next-token drift of a merged checkpoint against its base over a text: KL(base || merged) per position
+    (the merged model's mass on GPU tokens counts), top-1 agreement, the largest logit difference."""
+    from ..model.drift import drift
+    from ..model.errors import ModelInputError
+    from ..model.forward import load_model
+    from ..model.generation_config import read_generation_config
+    from .merged import read_manifest
+
+    read_manifest(model_dir)            # a folder that is not a built checkpoint is refused before loading
+    say = lambda message: click.echo(message, err=True)  # noqa: E731
+    try:
+        text = text_file.read_text(encoding="utf-8") if text_file else default_drift_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ModelInputError(f"{text_file}: cannot be read as UTF-8 text ({e})") from None
+    say(f"loading {base} and {model_dir} ({mode}) ...")
+    b, m = load_model(base, mode), load_model(model_dir, mode)
+    if b.tokenizer is None:
+        raise ModelInputError(f"{base}: no tokenizer.json, so the text cannot be encoded")
+    ids = b.tokenizer.encode(text)[:limit]
+    gen = read_generation_config(model_dir)
+    suppressed = np.array(gen.suppress_tokens if gen else (), np.int64)
+    summary = drift(b, m, ids, suppressed=suppressed, progress=lambda done, total: say(f"  {done}/{total} positions"))
+    summary.update(mode=mode, base=str(base), model=str(model_dir))
+    if as_json:
+        click.echo(json.dumps(summary))
+        return
+    kl = summary["kl"]
+    click.echo(f"{summary['positions']} positions ({mode}): KL mean {kl['mean']:.3g}, p99 {kl['p99']:.3g}, "
+               f"max {kl['max']:.3g} nats ({kl['zero_positions']} positions exactly 0); top-1 agreement "
+               f"{summary['top1_agreement']:.4f}; largest logit difference {summary['max_logit_diff']:.3g} "
+               f"({summary['suppressed_tokens']} GPU tokens suppressed; without that their mass would be mean "
+               f"{summary['unsuppressed_extra_mass']['mean']:.3g}, max {summary['unsuppressed_extra_mass']['max']:.3g})")
+
+
+def default_drift_text() -> str:
+    from importlib.resources import files
+    return files("qgpu_min.model").joinpath("data/drift_sample.txt").read_text(encoding="utf-8")

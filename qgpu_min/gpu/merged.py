@@ -88,6 +88,7 @@ def build_gpu_checkpoint(base_dir: str | Path, out_dir: str | Path, spec: GpuSpe
         "tokens": {"gpu": [built.base_vocab, built.base_vocab + len(vocab.tokens)], "base_vocab": built.base_vocab},
         "text_gate": {"min_margin": built.tau, "max_text_pre_activation": built.text_max_pre},
     }
+    suppress_in_text_generation(built.path, range(built.base_vocab, built.base_vocab + len(vocab.tokens)))
     write_text_atomic(built.path / MANIFEST, json.dumps(manifest, indent=2))
     if out.exists():
         shutil.rmtree(out)
@@ -117,6 +118,20 @@ def check_disk(base: Path, out: Path, gpu_layers: int, gpu_tokens: int, shape: B
     if need * 1.02 + (64 << 20) > free:
         raise CheckpointError(f"the merged checkpoint needs about {need / 2**30:.1f} GiB; {folder} has "
                               f"{free / 2**30:.1f} GiB free")
+
+
+def suppress_in_text_generation(folder: Path, ids: range) -> None:
+    """generation_config.json's `suppress_tokens` gets the GPU's token ids: text generation (transformers'
+    and ours) never samples them. Their rows score text positions too (the tied head), so without this a
+    merged model's sampling would drift even though its text logits are the base's bit for bit."""
+    path = folder / "generation_config.json"
+    try:
+        gen = read_json(path) if path.exists() else {}
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{path}: cannot be read as JSON ({e})") from None
+    old = gen.get("suppress_tokens") or []
+    gen["suppress_tokens"] = sorted(set(old) | set(ids))
+    write_text_atomic(path, json.dumps(gen, indent=2))
 
 
 def _version() -> str:

@@ -79,7 +79,8 @@ def generate_ids(model: Model, prompt_ids: list[int], max_new_tokens: int = 256,
                  sampling: Sampling = Sampling(), stop_ids: tuple[int, ...] | None = None,
                  state: State | None = None) -> Iterator[int]:
     """Yield generated token ids one at a time; a stop token is yielded, then generation ends. Ids the
-    tokenizer cannot decode (the padded rows above its vocabulary) are never chosen. `state`: continue
+    tokenizer cannot decode (the padded rows above its vocabulary) and the ids generation_config.json
+    suppresses (a built checkpoint's GPU tokens) are never chosen. `state`: continue
     that sequence (a conversation's earlier turns) instead of a new one; the last yielded token is not fed
     into it, so the next call's prompt should start with it."""
     sampling.check()
@@ -90,6 +91,9 @@ def generate_ids(model: Model, prompt_ids: list[int], max_new_tokens: int = 256,
         stop_ids = tok.stop_ids if tok else model.config.eos_token_ids
     rng = np.random.default_rng(sampling.seed)
     limit = tok.vocab_size if tok else model.config.vocab_size
+    gen = read_generation_config(model.path) if model.path else None
+    suppressed = np.array(gen.suppress_tokens if gen else (), np.int64)
+    suppressed = suppressed[suppressed < model.config.vocab_size]
     state = model.new_state() if state is None else state
     if max_new_tokens == 0:
         return
@@ -97,6 +101,7 @@ def generate_ids(model: Model, prompt_ids: list[int], max_new_tokens: int = 256,
     for n in range(max_new_tokens):
         if limit < logits.shape[0]:
             logits[limit:] = -np.inf
+        logits[suppressed] = -np.inf
         token = pick_token(logits, sampling, rng)
         yield token
         if token in stop_ids or n + 1 == max_new_tokens:

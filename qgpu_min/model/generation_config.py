@@ -18,6 +18,7 @@ NAME = "generation_config.json"
 class GenerationConfig:
     eos_token_ids: tuple[int, ...] = ()
     sampling: dict | None = None  # the given ones of temperature, top_p, top_k
+    suppress_tokens: tuple[int, ...] = ()   # ids text generation never picks (a merged model's GPU tokens)
 
 
 def _number(gen: dict, key: str, ok, what: str, path: Path):
@@ -44,9 +45,12 @@ def read_generation_config(model_dir: str | Path) -> GenerationConfig | None:
     ids = [] if eos is None else eos if isinstance(eos, list) else [eos]
     if not all(type(t) is int and t >= 0 for t in ids):
         raise CheckpointError(f"{path}: eos_token_id must be a token id or a list of them, found {eos!r:.80}")
+    suppress = gen.get("suppress_tokens") or []
+    if not isinstance(suppress, list) or not all(type(t) is int and t >= 0 for t in suppress):
+        raise CheckpointError(f"{path}: suppress_tokens must be a list of token ids, found {suppress!r:.80}")
     sampling = {
         "temperature": _number(gen, "temperature", lambda v: 0 < v < math.inf, "a positive number", path),
         "top_p": _number(gen, "top_p", lambda v: 0 < v <= 1, "a number in (0, 1]", path),
         "top_k": _number(gen, "top_k", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0", path),
     }
-    return GenerationConfig(tuple(ids), {k: v for k, v in sampling.items() if v is not None})
+    return GenerationConfig(tuple(ids), {k: v for k, v in sampling.items() if v is not None}, tuple(suppress))
