@@ -125,3 +125,37 @@ def test_text_logits_of_the_merged_model_equal_the_base_exactly(base, built):
     assert np.array_equal(got[:512], want)       # the base vocabulary's logits, bit for bit
     for t in text[3:]:                           # and at every later position, decoding
         assert np.array_equal(m.decode(sm, t)[:512], b.decode(sb, t))
+
+
+def test_gpu_tokens_become_special_tokens_that_round_trip(tmp_path):
+    from qgpu_min.model.tokenizer import load_tokenizer
+    tiny = write_synthetic_checkpoint(tmp_path / "tiny", "tiny")
+    before = load_tokenizer(tiny)
+    text = "int x = a + b; // ordinary text, even <|qgpu"
+    n_model = json.loads((tiny / "config.json").read_text())["text_config"]["vocab_size"]
+    first = before.vocab_size
+    assert first < n_model - 3     # padding rows between the tokenizer and the GPU's ids
+    gpu = {n_model: "<|qgpu EXEC|>", n_model + 1: "<|qgpu HALT|>"}
+    added = merged.add_tokens_to_tokenizer(tiny, gpu)
+    assert added == range(first, n_model + 2)
+    after = load_tokenizer(tiny)
+    assert after.encode(text) == before.encode(text)
+    for i, t in gpu.items():
+        assert after.encode(t) == [i] and after.decode([i]) == t
+    assert after.decode([first]) == f"<|qgpu pad {first}|>"
+    assert after.encode("a<|qgpu HALT|>b") == after.encode("a") + [n_model + 1] + after.encode("b")
+    assert after.known_ids(n_model + 2)[first:].all()
+    cfg = json.loads((tiny / "tokenizer_config.json").read_text())["added_tokens_decoder"]
+    assert cfg[str(n_model + 1)] == {"content": "<|qgpu HALT|>", "single_word": False, "lstrip": False,
+                                     "rstrip": False, "normalized": False, "special": True}
+    with pytest.raises(CheckpointError, match="already has ids up to"):
+        merged.add_tokens_to_tokenizer(tiny, gpu)
+
+
+def test_an_unreadable_tokenizer_file_is_a_checkpoint_error(tmp_path):
+    (tmp_path / "tokenizer.json").write_text("[1, 2")
+    with pytest.raises(CheckpointError, match="tokenizer.json"):
+        merged.add_tokens_to_tokenizer(tmp_path, {5: "<|qgpu EXEC|>"})
+    (tmp_path / "tokenizer.json").write_text("[1, 2]")
+    with pytest.raises(CheckpointError, match="not a JSON object"):
+        merged.add_tokens_to_tokenizer(tmp_path, {5: "<|qgpu EXEC|>"})

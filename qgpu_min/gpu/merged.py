@@ -88,7 +88,9 @@ def build_gpu_checkpoint(base_dir: str | Path, out_dir: str | Path, spec: GpuSpe
         "tokens": {"gpu": [built.base_vocab, built.base_vocab + len(vocab.tokens)], "base_vocab": built.base_vocab},
         "text_gate": {"min_margin": built.tau, "max_text_pre_activation": built.text_max_pre},
     }
-    suppress_in_text_generation(built.path, range(built.base_vocab, built.base_vocab + len(vocab.tokens)))
+    gpu_ids = range(built.base_vocab, built.base_vocab + len(vocab.tokens))
+    added = add_tokens_to_tokenizer(built.path, {i: added_token_text(t) for i, t in zip(gpu_ids, vocab.tokens)})
+    suppress_in_text_generation(built.path, added)
     write_text_atomic(built.path / MANIFEST, json.dumps(manifest, indent=2))
     if out.exists():
         shutil.rmtree(out)
@@ -132,6 +134,69 @@ def suppress_in_text_generation(folder: Path, ids: range) -> None:
     old = gen.get("suppress_tokens") or []
     gen["suppress_tokens"] = sorted(set(old) | set(ids))
     write_text_atomic(path, json.dumps(gen, indent=2))
+
+
+def added_token_text(t: Token) -> str:
+    """How a GPU token is written in text: a special token, so ordinary text never produces it."""
+    return f"<|qgpu {token_name(t)}|>"
+
+
+def add_tokens_to_tokenizer(folder: Path, tokens: dict[int, str]) -> range:
+    """The GPU's tokens become added special tokens of tokenizer.json (and tokenizer_config.json's
+    added_tokens_decoder) at their own ids, so ids and text round-trip. `tokenizers` gives an added token the
+    next free id whatever the file says, and the GPU's ids follow the embedding, which Qwen pads past the
+    tokenizer: the padding ids in between get placeholder tokens `<|qgpu pad N|>`. Returns the ids added
+    (placeholders and GPU tokens), which text generation must suppress; a tokenizer the ids cannot be added
+    to is an error naming the file."""
+    path = folder / "tokenizer.json"
+    if not path.exists():
+        return range(min(tokens), max(tokens) + 1)
+    data = _read_tokenizer_file(path)
+    try:
+        model_ids = list((data.get("model") or {}).get("vocab", {}).values())
+        have = data.get("added_tokens") or []
+        next_id = max([-1, *model_ids, *(a["id"] for a in have)]) + 1
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{path}: cannot be read as a tokenizer file ({e!r})") from None
+    if next_id > min(tokens):
+        raise CheckpointError(f"{path}: the tokenizer already has ids up to {next_id - 1}, past the GPU's "
+                              f"first token {min(tokens)} (the tokenizer has more tokens than the embedding)")
+    every = {i: f"<|qgpu pad {i}|>" for i in range(next_id, min(tokens))} | tokens
+    entry = {"single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}
+    data["added_tokens"] = have + [{"id": i, "content": text, **entry} for i, text in sorted(every.items())]
+    write_text_atomic(path, json.dumps(data, ensure_ascii=False, indent=1))
+    _check_token_ids(path, every)
+    config = folder / "tokenizer_config.json"
+    if config.exists():
+        cfg = _read_tokenizer_file(config)
+        decoder = cfg.get("added_tokens_decoder") or {}
+        cfg["added_tokens_decoder"] = {**decoder, **{str(i): {"content": t, **entry} for i, t in every.items()}}
+        write_text_atomic(config, json.dumps(cfg, ensure_ascii=False, indent=1))
+    return range(next_id, max(tokens) + 1)
+
+
+def _read_tokenizer_file(path: Path) -> dict:
+    try:
+        data = read_json(path)
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{path}: cannot be read as a tokenizer file ({e})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: cannot be read as a tokenizer file (not a JSON object)")
+    return data
+
+
+def _check_token_ids(path: Path, tokens: dict[int, str]) -> None:
+    """`tokenizers` itself must give every added token the id the model uses for it."""
+    from tokenizers import Tokenizer as HFTokenizer
+    try:
+        inner = HFTokenizer.from_file(str(path))
+    except Exception as e:  # the library raises a bare Exception on malformed files
+        raise CheckpointError(f"{path}: cannot be read by `tokenizers` ({e})") from None
+    wrong = [(i, t, inner.token_to_id(t)) for i, t in tokens.items() if inner.token_to_id(t) != i]
+    if wrong:
+        i, t, got = wrong[0]
+        raise CheckpointError(f"{path}: the tokenizer gives {t} the id {got}, not the model's {i} "
+                              f"({len(wrong)} tokens differ)")
 
 
 def _version() -> str:

@@ -90,18 +90,17 @@ def generate_ids(model: Model, prompt_ids: list[int], max_new_tokens: int = 256,
     if stop_ids is None:
         stop_ids = tok.stop_ids if tok else model.config.eos_token_ids
     rng = np.random.default_rng(sampling.seed)
-    limit = tok.vocab_size if tok else model.config.vocab_size
     gen = read_generation_config(model.path) if model.path else None
+    never = ~tok.known_ids(model.config.vocab_size) if tok else np.zeros(model.config.vocab_size, bool)
     suppressed = np.array(gen.suppress_tokens if gen else (), np.int64)
-    suppressed = suppressed[suppressed < model.config.vocab_size]
+    never[suppressed[suppressed < model.config.vocab_size]] = True
+    never = np.flatnonzero(never)
     state = model.new_state() if state is None else state
     if max_new_tokens == 0:
         return
     logits = model.prefill(state, prompt_ids)
     for n in range(max_new_tokens):
-        if limit < logits.shape[0]:
-            logits[limit:] = -np.inf
-        logits[suppressed] = -np.inf
+        logits[never] = -np.inf
         token = pick_token(logits, sampling, rng)
         yield token
         if token in stop_ids or n + 1 == max_new_tokens:

@@ -1,8 +1,10 @@
 """The checkpoint's tokenizer (`tokenizer.json`, via the `tokenizers` library) and its special tokens."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from .errors import CheckpointError
 from .generation_config import read_generation_config
@@ -15,11 +17,19 @@ class Tokenizer:
     """`tokenizers.Tokenizer` plus what generation needs: stop ids, and how many ids it can decode."""
     inner: object  # tokenizers.Tokenizer
     stop_ids: tuple[int, ...]
+    _known: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def vocab_size(self) -> int:
-        """Ids below this are tokens (learned and added); model rows above it are padding."""
+        """How many tokens it has (learned and added); their ids need not be contiguous (a built checkpoint's
+        GPU tokens follow the embedding's padding rows)."""
         return self.inner.get_vocab_size(with_added_tokens=True)
+
+    def known_ids(self, n: int) -> np.ndarray:
+        """bool [n]: which of the ids 0..n-1 are tokens (the others, padding rows, decode to nothing)."""
+        if self._known is None or len(self._known) != n:
+            self._known = np.array([self.inner.id_to_token(i) is not None for i in range(n)])
+        return self._known
 
     def encode(self, text: str) -> list[int]:
         """Token ids of `text`; special tokens written in the text (`<|im_start|>`) become their ids."""
