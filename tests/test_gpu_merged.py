@@ -56,7 +56,7 @@ def test_size_estimate_counts_dense_gpu_layers(base):
                      + 6144 * 4 + 16) + 4 * (16 + 128)     # bf16 matrices, norms, conv, dt_bias; f32 A_log, norm
     files = sum(f.stat().st_size for f in base.glob("*.safetensors"))
     got = merged.estimated_bytes(base, 41, 100, BaseShape())
-    assert got == files + 41 * per_layer + 100 * 2048 * 2
+    assert got == files + 41 * per_layer + 100 * (2048 * 2 + merged.TEXT_BYTES_PER_TOKEN)
 
 
 def test_a_folder_without_a_manifest_or_with_another_gpu_is_refused(base, tmp_path):
@@ -104,7 +104,9 @@ def test_dot_through_the_merged_model_exact_under_check(built, mode):
 def test_drift_is_exactly_zero_with_the_gpu_tokens_suppressed(base, built, mode, tmp_path):
     gen = json.loads((built / "generation_config.json").read_text())
     manifest = json.loads((built / MANIFEST).read_text())
-    assert gen["suppress_tokens"] == list(range(*manifest["tokens"]["gpu"]))
+    lo, hi = manifest["tokens"]["gpu"]
+    assert manifest["tokens"]["placeholders"] == [504, lo]     # the tokenizer's 504 ids, the embedding's 512 rows
+    assert gen["suppress_tokens"] == list(range(lo, hi))       # the placeholders' rows are base rows: sampled
     text = tmp_path / "t.txt"
     text.write_text("The harbour was quiet before dawn; 3^2 + 4^2 = 5^2. Le matin, la ville se réveille.")
     r = CliRunner().invoke(main, ["drift", "--base", str(base), "--model", str(built), "--text", str(text),
@@ -112,7 +114,7 @@ def test_drift_is_exactly_zero_with_the_gpu_tokens_suppressed(base, built, mode,
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert d["positions"] > 50 and d["kl"]["max"] == 0 and d["top1_agreement"] == 1 and d["max_logit_diff"] == 0
-    assert d["suppressed_tokens"] == manifest["tokens"]["gpu"][1] - manifest["tokens"]["gpu"][0]
+    assert d["suppressed_tokens"] == hi - lo
 
 
 @pytest.mark.slow
@@ -137,14 +139,15 @@ def test_gpu_tokens_become_special_tokens_that_round_trip(tmp_path):
     assert first < n_model - 3     # padding rows between the tokenizer and the GPU's ids
     gpu = {n_model: "<|qgpu EXEC|>", n_model + 1: "<|qgpu HALT|>"}
     added = merged.add_tokens_to_tokenizer(tiny, gpu)
-    assert added == range(first, n_model + 2)
+    assert added == range(first, n_model)
     after = load_tokenizer(tiny)
     assert after.encode(text) == before.encode(text)
     for i, t in gpu.items():
         assert after.encode(t) == [i] and after.decode([i]) == t
     assert after.decode([first]) == f"<|qgpu pad {first}|>"
     assert after.encode("a<|qgpu HALT|>b") == after.encode("a") + [n_model + 1] + after.encode("b")
-    assert after.known_ids(n_model + 2)[first:].all()
+    known = after.known_ids(n_model + 2)
+    assert known[:first].all() and not known[first:n_model].any() and known[n_model:].all()   # placeholders: no text
     cfg = json.loads((tiny / "tokenizer_config.json").read_text())["added_tokens_decoder"]
     assert cfg[str(n_model + 1)] == {"content": "<|qgpu HALT|>", "single_word": False, "lstrip": False,
                                      "rstrip": False, "normalized": False, "special": True}

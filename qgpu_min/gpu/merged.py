@@ -28,6 +28,7 @@ from ..files import read_json, write_text_atomic
 from ..model.config import load_config
 from ..model.errors import CheckpointError
 from ..model.forward import Model
+from ..model.tokenizer import padding_placeholder
 from .core import GpuCircuit, build
 from .layout import GpuSpec
 from .program import GpuLaunchError
@@ -89,8 +90,9 @@ def build_gpu_checkpoint(base_dir: str | Path, out_dir: str | Path, spec: GpuSpe
         "text_gate": {"min_margin": built.tau, "max_text_pre_activation": built.text_max_pre},
     }
     gpu_ids = range(built.base_vocab, built.base_vocab + len(vocab.tokens))
-    added = add_tokens_to_tokenizer(built.path, {i: added_token_text(t) for i, t in zip(gpu_ids, vocab.tokens)})
-    suppress_in_text_generation(built.path, added)
+    placeholders = add_tokens_to_tokenizer(built.path, {i: added_token_text(t) for i, t in zip(gpu_ids, vocab.tokens)})
+    suppress_in_text_generation(built.path, gpu_ids)
+    manifest["tokens"]["placeholders"] = [placeholders.start, placeholders.stop]
     write_text_atomic(built.path / MANIFEST, json.dumps(manifest, indent=2))
     if out.exists():
         shutil.rmtree(out)
@@ -99,9 +101,13 @@ def build_gpu_checkpoint(base_dir: str | Path, out_dir: str | Path, spec: GpuSpe
     return manifest
 
 
+TEXT_BYTES_PER_TOKEN = 360   # measured: 354 (tokenizer.json, tokenizer_config.json, generation_config.json)
+
+
 def estimated_bytes(base: Path, gpu_layers: int, gpu_tokens: int, shape: BaseShape) -> int:
     """The merged checkpoint's size: the base's weight files, one base linear-attention layer's tensors per GPU
-    layer (a GPU layer has exactly those tensors, stored dense), and the GPU tokens' embedding rows (bf16)."""
+    layer (a GPU layer has exactly those tensors, stored dense), and per GPU token its embedding row (bf16)
+    and its entries in the tokenizer files and suppress_tokens."""
     from ..model.safetensors_io import checkpoint_files, read_checkpoint_headers
     infos = read_checkpoint_headers(base)
     cfg = load_config(base)
@@ -109,7 +115,7 @@ def estimated_bytes(base: Path, gpu_layers: int, gpu_tokens: int, shape: BaseSha
     prefix = f"{cfg.tensor_prefix}layers.{lin[0]}." if lin else None
     per_layer = sum(i.end - i.begin for n, i in infos.items() if prefix and n.startswith(prefix))
     files = sum(f.stat().st_size for f in checkpoint_files(base))
-    return files + gpu_layers * per_layer + gpu_tokens * shape.hidden * 2
+    return files + gpu_layers * per_layer + gpu_tokens * (shape.hidden * 2 + TEXT_BYTES_PER_TOKEN)
 
 
 def check_disk(base: Path, out: Path, gpu_layers: int, gpu_tokens: int, shape: BaseShape) -> None:
@@ -145,12 +151,12 @@ def add_tokens_to_tokenizer(folder: Path, tokens: dict[int, str]) -> range:
     """The GPU's tokens become added special tokens of tokenizer.json (and tokenizer_config.json's
     added_tokens_decoder) at their own ids, so ids and text round-trip. `tokenizers` gives an added token the
     next free id whatever the file says, and the GPU's ids follow the embedding, which Qwen pads past the
-    tokenizer: the padding ids in between get placeholder tokens `<|qgpu pad N|>`. Returns the ids added
-    (placeholders and GPU tokens), which text generation must suppress; a tokenizer the ids cannot be added
-    to is an error naming the file."""
+    tokenizer: the padding ids in between get placeholder tokens (tokenizer.padding_placeholder). Returns the
+    placeholders' ids: base rows, sampled by text generation exactly as the base's own padding rows are. A
+    tokenizer the ids cannot be added to is an error naming the file."""
     path = folder / "tokenizer.json"
     if not path.exists():
-        return range(min(tokens), max(tokens) + 1)
+        return range(min(tokens), min(tokens))
     data = _read_tokenizer_file(path)
     try:
         model_ids = list((data.get("model") or {}).get("vocab", {}).values())
@@ -161,7 +167,7 @@ def add_tokens_to_tokenizer(folder: Path, tokens: dict[int, str]) -> range:
     if next_id > min(tokens):
         raise CheckpointError(f"{path}: the tokenizer already has ids up to {next_id - 1}, past the GPU's "
                               f"first token {min(tokens)} (the tokenizer has more tokens than the embedding)")
-    every = {i: f"<|qgpu pad {i}|>" for i in range(next_id, min(tokens))} | tokens
+    every = {i: padding_placeholder(i) for i in range(next_id, min(tokens))} | tokens
     entry = {"single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}
     data["added_tokens"] = have + [{"id": i, "content": text, **entry} for i, text in sorted(every.items())]
     write_text_atomic(path, json.dumps(data, ensure_ascii=False, indent=1))
@@ -172,7 +178,7 @@ def add_tokens_to_tokenizer(folder: Path, tokens: dict[int, str]) -> range:
         decoder = cfg.get("added_tokens_decoder") or {}
         cfg["added_tokens_decoder"] = {**decoder, **{str(i): {"content": t, **entry} for i, t in every.items()}}
         write_text_atomic(config, json.dumps(cfg, ensure_ascii=False, indent=1))
-    return range(next_id, max(tokens) + 1)
+    return range(next_id, min(tokens))
 
 
 def _read_tokenizer_file(path: Path) -> dict:

@@ -83,6 +83,7 @@ class Vocab:
         self.spec = gc.spec
         self.tokens = all_tokens(gc.spec)
         self.ids = {t: i for i, t in enumerate(self.tokens)}
+        self.n_rom = len(rom_rows(gc.spec))   # once: fields() runs for every token of the vocabulary
 
     def id(self, t: Token) -> int:
         try:
@@ -93,7 +94,7 @@ class Vocab:
     def fields(self, t: Token) -> dict:
         """{input group: element} for one token."""
         spec, inp, code = self.spec, self.gc.inputs, self.gc.codes
-        n_rom = len(rom_rows(spec))
+        n_rom = self.n_rom
         kind = t[0]
         f = {inp["kind"]: KINDS.index(kind), inp["x_l"]: 0, inp["x_e"]: 0,
              inp["x_rm"]: n_rom, inp["x_n"]: 0, inp["x_w"]: 0,

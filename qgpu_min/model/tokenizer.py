@@ -12,6 +12,13 @@ from .generation_config import read_generation_config
 CHAT_STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
 
 
+def padding_placeholder(i: int) -> str:
+    """The token a built checkpoint's tokenizer holds at padding id i (an embedding row past the tokenizer's
+    own ids): `tokenizers` cannot leave gaps before the GPU's ids. Text never produces it, and generation
+    treats it like the padding row it stands for."""
+    return f"<|qgpu pad {i}|>"
+
+
 @dataclass
 class Tokenizer:
     """`tokenizers.Tokenizer` plus what generation needs: stop ids, and how many ids it can decode."""
@@ -26,9 +33,11 @@ class Tokenizer:
         return self.inner.get_vocab_size(with_added_tokens=True)
 
     def known_ids(self, n: int) -> np.ndarray:
-        """bool [n]: which of the ids 0..n-1 are tokens (the others, padding rows, decode to nothing)."""
+        """bool [n]: which of the ids 0..n-1 are tokens (the others, padding rows and their placeholders, are
+        no text)."""
         if self._known is None or len(self._known) != n:
-            self._known = np.array([self.inner.id_to_token(i) is not None for i in range(n)])
+            tokens = [self.inner.id_to_token(i) for i in range(n)]
+            self._known = np.array([t is not None and t != padding_placeholder(i) for i, t in enumerate(tokens)])
         return self._known
 
     def encode(self, text: str) -> list[int]:
