@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "build": ("qgpu_min.gpu.commands", "build_command"),
     "drift": ("qgpu_min.gpu.commands", "drift_command"),
     "generate": ("qgpu_min.model.commands", "generate_command"),
+    "chat": ("qgpu_min.chat.commands", "chat_command"),
     "selftest": ("qgpu_min.circuit.commands", "selftest_command"),
     "circuit-report": ("qgpu_min.circuit.commands", "circuit_report_command"),
 }

@@ -1,0 +1,228 @@
+"""Chat (issue #9): tool calls in both of Qwen's forms, the chat template, the conversation loop with
+scripted replies and real launches (advanced mode's retries, errors back to the model, the rounds limit),
+the conversation's state untouched by a launch, and `qgpu-min chat` with --script."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from qgpu_min.chat.session import Conversation, RuntimeChatModel, ScriptedChatModel
+from qgpu_min.chat.template import TemplateError, render, template_text
+from qgpu_min.chat.toolcall import format_call, split_reply
+from qgpu_min.chat.tools import CUDA, Gpu, tool_specs
+from qgpu_min.cli import main
+
+INTERP = Gpu("interp")
+SAXPY = """__global__ void saxpy(int a, const int* x, int* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}"""
+
+
+# ---- tool calls ----------------------------------------------------------------------------------------------
+def test_both_call_forms_are_read_in_order_with_the_text_around_them():
+    reply = ("Let me compute both.\n" + format_call("gpu_calc", {"expression": "[1, 2] @ [3, 4]"}) +
+             '\n<tool_call>\n{"name": "gpu_calc", "arguments": {"expression": "sum([1, 2])"}}\n</tool_call>')
+    text, calls = split_reply(reply)
+    assert text == "Let me compute both."
+    assert [(c.name, c.arguments, c.error) for c in calls] == [
+        ("gpu_calc", {"expression": "[1, 2] @ [3, 4]"}, None), ("gpu_calc", {"expression": "sum([1, 2])"}, None)]
+
+
+def test_xml_parameters_decode_json_values_and_keep_text():
+    _, [call] = split_reply(format_call("run_cuda", {"source": "int x;\n", "args": ["[1,2]", "3"], "grid": "2"}))
+    assert call.arguments == {"source": "int x;\n", "args": ["[1,2]", "3"], "grid": "2"}
+
+
+@pytest.mark.parametrize("body, why", [
+    ('{"name": "f", "arguments": {"a": 1}', "not closed"),
+    ('<tool_call>{"name": "f", "arguments": }</tool_call>', "not valid JSON"),
+    ('<tool_call>{"nom": "f"}</tool_call>', "string \"name\""),
+    ('<tool_call>{"name": "f", "arguments": [1]}</tool_call>', "must be a JSON object"),
+    ('<tool_call>{"name": "f", "arguments": "nope"}</tool_call>', "not a JSON object"),
+    ("<tool_call><function=f><parameter=a>1</parameter></tool_call>", "not closed with </function>"),
+    ("<tool_call><function=f>stray<parameter=a>1</parameter></function></tool_call>", "outside <parameter"),
+    ("<tool_call>call f(1)</tool_call>", "must be a JSON object"),
+])
+def test_malformed_calls_become_errors_not_exceptions(body, why):
+    _, [call] = split_reply(body if body.startswith("<tool_call>") else "<tool_call>" + body)
+    assert call.error and why in call.error
+
+
+def test_a_json_string_of_arguments_is_accepted():
+    _, [call] = split_reply('<tool_call>{"name": "f", "arguments": "{\\"a\\": 2}"}</tool_call>')
+    assert call.arguments == {"a": 2} and call.error is None
+
+
+# ---- the template --------------------------------------------------------------------------------------------
+def test_default_template_lists_tools_and_groups_tool_responses():
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Q"},
+                {"role": "assistant", "content": "calling"}, {"role": "tool", "content": "1"},
+                {"role": "tool", "content": "2"}]
+    text = render(template_text(None), messages, tool_specs("advanced"))
+    assert text.startswith("<|im_start|>system\nBe brief.\n\n# Tools")
+    assert '"name": "run_cuda"' in text
+    assert "<|im_start|>user\n<tool_response>\n1\n</tool_response>\n<tool_response>\n2\n</tool_response><|im_end|>" \
+        in text
+    assert text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert render(template_text(None), messages[1:2], enable_thinking=True).endswith("<|im_start|>assistant\n<think>\n")
+
+
+def test_a_checkpoint_template_wins_and_its_errors_are_clear(tmp_path):
+    (tmp_path / "chat_template.jinja").write_text("{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}"
+                                                  "{% if tools %}T{{ tools | length }}{% endif %}")
+    assert render(template_text(tmp_path), [{"role": "user", "content": "hi"}], tool_specs("advanced")) == "[user:hi]T1"
+    (tmp_path / "chat_template.jinja").write_text("{{ raise_exception('only user turns') }}")
+    with pytest.raises(TemplateError, match="refused the conversation: only user turns"):
+        render(template_text(tmp_path), [])
+    (tmp_path / "chat_template.jinja").write_text("{% for m in messages %}")
+    with pytest.raises(TemplateError, match="does not compile"):
+        render(template_text(tmp_path), [])
+
+
+def test_assistant_calls_render_in_the_qwen35_form():
+    messages = [{"role": "user", "content": "Q"},
+                {"role": "assistant", "content": "", "tool_calls": [{"name": "gpu_calc", "arguments": {"expression": "1"}}]}]
+    text = render(template_text(None), messages, add_generation_prompt=False)
+    assert "<|im_start|>assistant\n" + format_call("gpu_calc", {"expression": "1"}) + "<|im_end|>" in text
+
+
+# ---- the conversation ----------------------------------------------------------------------------------------
+def _cuda_call(source: str, args: list[str], **launch) -> str:
+    return format_call(CUDA, {"source": source, "args": args, **launch})
+
+
+def test_advanced_mode_retries_after_a_compile_error_and_answers_from_the_launch():
+    broken = SAXPY.replace("y[i] = a", "y[i] = b")
+    model = ScriptedChatModel([_cuda_call(broken, ["2", "[1,2,3]", "[10,20,30]", "3"]),
+                               _cuda_call(SAXPY, ["2", "[1,2,3]", "[10,20,30]", "3"]),
+                               "y is [12, 24, 36]."])
+    conv = Conversation(model, "advanced", INTERP)
+    answer = conv.ask("Compute 2*x+y for x=[1,2,3], y=[10,20,30] with a CUDA kernel.")
+    first, second = answer.tools
+    assert not first.ok and first.text.startswith("error:") and "b" in first.text
+    assert second.ok and second.value["y"] == [12, 24, 36] and second.source == SAXPY
+    assert answer.text == "y is [12, 24, 36]." and answer.rounds == 3 and answer.finished
+    # the error went back to the model, in the next prompt, inside a tool response
+    assert "<tool_response>\n" + first.text in model.prompts[1]
+    assert '"y": [12, 24, 36]' in model.prompts[2]
+
+
+def test_results_come_from_the_launch(monkeypatch):
+    from qgpu_min.host import launch as launch_module
+    real = launch_module.launch
+
+    def wrong(*args, **kwargs):
+        r = real(*args, **kwargs)
+        r.arrays["y"] = r.arrays["y"] + 1
+        return r
+    monkeypatch.setattr(launch_module, "launch", wrong)
+    model = ScriptedChatModel([_cuda_call(SAXPY, ["2", "[1,2,3]", "[10,20,30]", "3"]), "done"])
+    answer = Conversation(model, "advanced", INTERP).ask("q")
+    assert answer.tools[0].value["y"] == [13, 25, 37]
+
+
+@pytest.mark.parametrize("reply, why", [
+    (format_call("rm_rf", {"path": "/"}), "unknown function 'rm_rf'; available: run_cuda"),
+    (format_call(CUDA, {"args": ["1"]}), "needs the argument 'source'"),
+    (format_call(CUDA, {"source": SAXPY, "args": "2"}), "'args' must be a list"),
+    (_cuda_call(SAXPY, ["2", "[1,2,3]", "[10,20,30]"]), "takes 4 arguments"),
+    (_cuda_call(SAXPY, ["[2]", "[1,2,3]", "[10,20,30]", "3"]), "is a scalar"),
+    (_cuda_call(SAXPY, ["2", "[1,2,3]", "[10,20,30]", "3"], block="0"), "at least 1"),
+    (_cuda_call("__global__ void f(volatile int* a) { while (a[0] == 0) {} }", ["[0]"]), "step limit"),
+    (_cuda_call("__global__ void f(int* a) { a[100000] = 1; }", ["[0]"]), "out of range"),
+    ("<tool_call>{broken</tool_call>", "not valid JSON"),
+])
+def test_bad_calls_and_failing_kernels_go_back_to_the_model(reply, why):
+    model = ScriptedChatModel([reply, "sorry"])
+    answer = Conversation(model, "advanced", INTERP).ask("q")
+    [result] = answer.tools
+    assert not result.ok and why in result.text, result.text
+    assert answer.text == "sorry" and "<tool_response>\nerror:" in model.prompts[1]
+
+
+def test_the_rounds_run_out_and_an_interrupted_question_leaves_nothing_behind():
+    call = _cuda_call(SAXPY, ["2", "[1]", "[1]", "1"])
+    conv = Conversation(ScriptedChatModel([call] * 3), "advanced", INTERP, max_rounds=2)
+    answer = conv.ask("q")
+    assert not answer.finished and len(answer.tools) == 2
+
+    class Interrupting:
+        def reply(self, prompt, on_text=None):
+            raise KeyboardInterrupt
+    conv.model, before = Interrupting(), list(conv.messages)
+    with pytest.raises(KeyboardInterrupt):
+        conv.ask("another")
+    assert conv.messages == before
+
+
+def test_a_launch_leaves_the_conversation_state_untouched(tmp_path):
+    """The chat's own DeltaNet state (our runtime on a synthetic checkpoint) is the same, bit for bit, before
+    and after a tool's launch on the GPU in the weights: a launch is its own sequence."""
+    from qgpu_min.model.forward import load_model
+    from qgpu_min.model.generate import Sampling
+    from qgpu_min.model.synthetic import write_synthetic_checkpoint
+    path = write_synthetic_checkpoint(tmp_path / "tiny", "tiny")
+    runtime = RuntimeChatModel(load_model(path), max_new_tokens=4, sampling=Sampling(greedy=True))
+    runtime.reply(render(template_text(None), [{"role": "user", "content": "hello"}]))
+    snapshot = [np.array(a, copy=True) for a in _arrays(runtime.state)]
+    from qgpu_min.chat.toolcall import parse_call
+    from qgpu_min.chat.tools import run_tool
+    result = run_tool(parse_call(json.dumps({"name": CUDA, "arguments": {
+        "source": SAXPY, "args": ["3", "[1,2]", "[5,5]", "2"]}})), "advanced", Gpu("circuit"))
+    assert result.ok and result.value["y"] == [8, 11] and result.launches[0]["tokens"]["generated"] > 0
+    assert all(np.array_equal(a, b) for a, b in zip(snapshot, _arrays(runtime.state)))
+
+
+def _arrays(state) -> list[np.ndarray]:
+    return [v for v in vars(state).values() if isinstance(v, np.ndarray)] + \
+        [a for v in vars(state).values() if isinstance(v, list) for a in v if isinstance(a, np.ndarray)]
+
+
+def test_runtime_model_reuses_the_fed_prefix(tmp_path):
+    from qgpu_min.model.forward import load_model
+    from qgpu_min.model.generate import Sampling
+    from qgpu_min.model.synthetic import write_synthetic_checkpoint
+    path = write_synthetic_checkpoint(tmp_path / "tiny", "tiny")
+    model = load_model(path)
+    runtime = RuntimeChatModel(model, max_new_tokens=3, sampling=Sampling(greedy=True))
+    first = render(template_text(None), [{"role": "user", "content": "hello"}])
+    runtime.reply(first)
+    state = runtime.state
+    longer = runtime.model.tokenizer.decode(runtime.fed) + "<|im_end|>\n<|im_start|>user\nmore<|im_end|>\n"
+    again = runtime.reply(longer)
+    assert runtime.state is state                       # extended, not started over
+    fresh = RuntimeChatModel(model, max_new_tokens=3, sampling=Sampling(greedy=True)).reply(longer)
+    assert again == fresh                               # and the same reply as a fresh sequence gives
+
+
+# ---- the command ---------------------------------------------------------------------------------------------
+def test_chat_command_runs_a_scripted_conversation_with_a_launch(tmp_path):
+    from qgpu_min.model.synthetic import write_synthetic_checkpoint
+    path = write_synthetic_checkpoint(tmp_path / "tiny", "tiny")
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([_cuda_call(SAXPY, ["2", "[1,2,3]", "[10,20,30]", "3"]), "It is [12, 24, 36]."]))
+    r = CliRunner().invoke(main, ["chat", "--model", str(path), "--mode", "advanced", "--gpu", "interp",
+                                  "--script", str(script), "--json", "Compute saxpy."])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["answer"] == "It is [12, 24, 36]." and out["tool_calls"][0]["ok"]
+    assert json.loads(out["tool_calls"][0]["result"]) == {"x": [1, 2, 3], "y": [12, 24, 36]}
+    r = CliRunner().invoke(main, ["chat", "--model", str(path), "--mode", "advanced", "--gpu", "interp",
+                                  "--script", str(script), "Compute saxpy."])
+    assert r.exit_code == 0 and "[GPU] run_cuda(kernel, args ['2', '[1,2,3]', '[10,20,30]', '3'])" in r.stdout
+    assert "the kernel that ran:\n" + SAXPY in r.stdout
+
+
+def test_chat_command_refuses_bad_input(tmp_path):
+    from qgpu_min.model.synthetic import write_synthetic_checkpoint
+    path = write_synthetic_checkpoint(tmp_path / "tiny", "tiny")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"not": "a list"}')
+    r = CliRunner().invoke(main, ["chat", "--model", str(path), "--script", str(bad), "q"])
+    assert r.exit_code == 1 and "must be a JSON list of strings" in r.output
+    r = CliRunner().invoke(main, ["chat", "--model", str(path), "--json"])
+    assert r.exit_code == 2 and "--json answers one QUESTION" in r.output
