@@ -4,6 +4,7 @@ the conversation's state untouched by a launch, and `qgpu-min chat` with --scrip
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -62,9 +63,9 @@ def test_default_template_lists_tools_and_groups_tool_responses():
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Q"},
                 {"role": "assistant", "content": "calling"}, {"role": "tool", "content": "1"},
                 {"role": "tool", "content": "2"}]
-    text = render(template_text(None), messages, tool_specs("advanced"))
+    text = render(template_text(None), messages, tool_specs("normal"))
     assert text.startswith("<|im_start|>system\nBe brief.\n\n# Tools")
-    assert '"name": "run_cuda"' in text
+    assert '"name": "gpu_calc"' in text and "a @ b" in text
     assert "<|im_start|>user\n<tool_response>\n1\n</tool_response>\n<tool_response>\n2\n</tool_response><|im_end|>" \
         in text
     assert text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
@@ -197,6 +198,43 @@ def test_runtime_model_reuses_the_fed_prefix(tmp_path):
     assert runtime.state is state                       # extended, not started over
     fresh = RuntimeChatModel(model, max_new_tokens=3, sampling=Sampling(greedy=True)).reply(longer)
     assert again == fresh                               # and the same reply as a fresh sequence gives
+
+
+def test_normal_mode_answers_with_the_calculator_on_the_gpu_in_the_weights():
+    model = ScriptedChatModel([format_call("gpu_calc", {"expression": "[1, 2, 3] @ [4, 5, 6]"}), "It is 32."])
+    answer = Conversation(model, "normal", Gpu("circuit")).ask("What is [1,2,3] dot [4,5,6]?")
+    [result] = answer.tools
+    assert result.ok and result.value == 32 and result.text == "32" and answer.text == "It is 32."
+    assert result.launches == [{"op": "a @ b", "kernel": "calc_dot", "grid": [1, 1], "block": [3, 1],
+                                "backend": "circuit", "tokens": {"prompt": 305, "generated": 46}}]
+    assert "<tool_response>\n32\n</tool_response>" in model.prompts[1]
+
+
+@pytest.mark.parametrize("expression, why", [("[1, 2] @ [1, 2, 3]", "inner sizes differ"), ("foo(3)", "foo"),
+                                             ("1 // 0", "zero"), ("sum(" + "[1]" * 2, "column")])
+def test_normal_mode_errors_go_back_to_the_model(expression, why):
+    model = ScriptedChatModel([format_call("gpu_calc", {"expression": expression}), "hmm"])
+    [result] = Conversation(model, "normal", INTERP).ask("q").tools
+    assert not result.ok and result.text.startswith("error:") and why in result.text, result.text
+
+
+def test_eval_chat_grades_what_the_gpu_computed_and_the_answer_quotes(monkeypatch):
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location("eval_chat", Path(__file__).parent.parent / "tools" / "eval_chat.py")
+    ev = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "eval_chat", ev)        # its dataclasses look their module up there
+    spec.loader.exec_module(ev)
+    q = ev.QUESTIONS[0]
+    right = ScriptedChatModel([format_call("gpu_calc", {"expression": f"{ev.A} @ {ev.B}"}), f"The dot product is {q.answer}."])
+    assert ev.grade(q, Conversation(right, "normal", INTERP).ask(q.text))["ok"]
+    unquoted = ScriptedChatModel([format_call("gpu_calc", {"expression": f"{ev.A} @ {ev.B}"}), "It is large."])
+    r = ev.grade(q, Conversation(unquoted, "normal", INTERP).ask(q.text))
+    assert r["gpu_computed"] and not r["quoted"] and not r["ok"]
+    guessed = ScriptedChatModel([f"The dot product is {q.answer}."])
+    r = ev.grade(q, Conversation(guessed, "normal", INTERP).ask(q.text))
+    assert r["quoted"] and not r["gpu_computed"] and not r["ok"]
+    assert len([x for x in ev.QUESTIONS if x.mode == "normal"]) == 24 and len(ev.QUESTIONS) == 29
 
 
 # ---- the command ---------------------------------------------------------------------------------------------

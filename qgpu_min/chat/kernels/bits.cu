@@ -1,7 +1,4 @@
-// Number-theory and bit operations of the calculator, elementwise over a grid-stride loop.
-
-#define GRID_STRIDE(i, n) \
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += blockDim.x * gridDim.x)
+// Number-theory and bit operations of the calculator, one thread per element as in elementwise.cu.
 
 __device__ unsigned magnitude(int x) {
     return x < 0 ? 0u - (unsigned)x : (unsigned)x;   // |INT_MIN| = 2^31 fits an unsigned
@@ -28,10 +25,12 @@ __device__ unsigned binary_gcd(unsigned a, unsigned b) {
 
 // gcd(a, b) >= 0 as Python's math.gcd; gcd(0, 0) = 0. A number with a list: step 0, as in elementwise.cu.
 __global__ void calc_gcd(const int* a, const int* b, int* out, int n, int step_a, int step_b) {
-    GRID_STRIDE(i, n) out[i] = (int)binary_gcd(magnitude(a[step_a ? i : 0]), magnitude(b[step_b ? i : 0]));
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = (int)binary_gcd(magnitude(a[step_a ? i : 0]), magnitude(b[step_b ? i : 0]));
 }
 
 // Set bits of the 32-bit two's-complement word (popcount(-1) = 32, as CUDA's __popc).
 __global__ void calc_popcount(const int* a, int* out, int n) {
-    GRID_STRIDE(i, n) out[i] = __popc((unsigned)a[i]);
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __popc((unsigned)a[i]);
 }

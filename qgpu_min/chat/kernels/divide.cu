@@ -2,9 +2,7 @@
 // the sign of b, so that (a // b) * b + a % b == a. C's / and % truncate toward zero; the quotient is
 // stepped down (and the remainder moved by b) when they differ, i.e. when the remainder is non-zero and
 // its sign is not b's. A zero divisor sets *zero_div (the host reports it) and leaves 0 in out[i].
-
-#define GRID_STRIDE(i, n) \
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += blockDim.x * gridDim.x)
+// One thread per element, and a number with a list as a step-0 array: as in elementwise.cu.
 
 __device__ int floor_div(int a, int b) {
     if (b == -1) return (int)(0u - (unsigned)a);    // INT_MIN / -1 overflows in C; as int32 it wraps to INT_MIN
@@ -22,7 +20,8 @@ __device__ int floor_mod(int a, int b) {
 }
 
 __global__ void calc_floordiv(const int* a, const int* b, int* out, int* zero_div, int n, int step_a, int step_b) {
-    GRID_STRIDE(i, n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
         int d = b[step_b ? i : 0];
         if (d == 0) {
             *zero_div = 1;
@@ -34,7 +33,8 @@ __global__ void calc_floordiv(const int* a, const int* b, int* out, int* zero_di
 }
 
 __global__ void calc_mod(const int* a, const int* b, int* out, int* zero_div, int n, int step_a, int step_b) {
-    GRID_STRIDE(i, n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
         int d = b[step_b ? i : 0];
         if (d == 0) {
             *zero_div = 1;

@@ -1,21 +1,23 @@
-// Inclusive prefix sum (cumsum) in ONE CTA: each thread scans a contiguous chunk, thread 0 scans the
-// chunk totals in shared memory (at most 32: cheaper than a tree here, where a warp step is the cost),
-// and each thread adds the total of the chunks before its own.
-__global__ void calc_cumsum(const int* in, int* out, int n) {
+// Inclusive prefix sum (cumsum) in place, in ONE CTA: thread t scans the chunk [t * chunk, (t + 1) * chunk) of
+// the list, thread 0 turns the chunk totals into offsets in shared memory (a serial pass over at most
+// 32 totals: fewer warp steps than a tree), and each thread adds the offset of its chunk. The host picks
+// chunk with the launch shape (blockDim.x * chunk >= n), which spares the kernel a division (a loop here).
+__global__ void calc_cumsum(int* data, int n, int chunk) {
     __shared__ unsigned offset[32];
     int t = threadIdx.x;
-    int chunk = (n + blockDim.x - 1) / blockDim.x;
-    int lo = min(t * chunk, n);
+    int lo = t * chunk;
     int hi = min(lo + chunk, n);
     unsigned s = 0;                                   // unsigned: wraps as int32
+    #pragma unroll 1      // unrolled loops only lengthen the program (ROM and prompt tokens)
     for (int i = lo; i < hi; ++i) {
-        s += (unsigned)in[i];
-        out[i] = (int)s;
+        s += (unsigned)data[i];
+        data[i] = (int)s;
     }
     offset[t] = s;
     __syncthreads();
     if (t == 0) {
         unsigned acc = 0;
+        #pragma unroll 1
         for (int j = 0; j < blockDim.x; ++j) {
             unsigned v = offset[j];
             offset[j] = acc;
@@ -24,5 +26,6 @@ __global__ void calc_cumsum(const int* in, int* out, int n) {
     }
     __syncthreads();
     unsigned before = offset[t];
-    for (int i = lo; i < hi; ++i) out[i] = (int)((unsigned)out[i] + before);
+    #pragma unroll 1
+    for (int i = lo; i < hi; ++i) data[i] = (int)((unsigned)data[i] + before);
 }
