@@ -264,3 +264,14 @@ def test_chat_command_refuses_bad_input(tmp_path):
     assert r.exit_code == 1 and "must be a JSON list of strings" in r.output
     r = CliRunner().invoke(main, ["chat", "--model", str(path), "--json"])
     assert r.exit_code == 2 and "--json answers one QUESTION" in r.output
+
+
+def test_streamed_replies_hide_tool_call_blocks_wherever_the_pieces_split():
+    from qgpu_min.chat.commands import _Hider
+    text = "Let me see.\n" + format_call("gpu_calc", {"expression": "1 <tool"}) + "\nDone <tool. a<b <"
+    for step in (1, 2, 3, 5, 11, len(text)):
+        h = _Hider()
+        shown = "".join(h.feed(text[i:i + step]) for i in range(0, len(text), step)) + h.flush()
+        assert shown == "Let me see.\n\nDone <tool. a<b <\n", step
+    h = _Hider()
+    assert h.feed(format_call("gpu_calc", {"expression": "1"})) + h.flush() == ""    # a reply that only calls

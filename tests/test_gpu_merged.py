@@ -162,3 +162,19 @@ def test_an_unreadable_tokenizer_file_is_a_checkpoint_error(tmp_path):
     (tmp_path / "tokenizer.json").write_text("[1, 2]")
     with pytest.raises(CheckpointError, match="not a JSON object"):
         merged.add_tokens_to_tokenizer(tmp_path, {5: "<|qgpu EXEC|>"})
+
+
+@pytest.mark.slow
+def test_chat_launches_run_on_the_merged_models_own_gpu(built, tmp_path):
+    """`qgpu-min chat --model <merged> --mode normal`: a scripted conversation whose launch runs through every
+    layer of the merged checkpoint (the GPU and the base's layers)."""
+    from qgpu_min.chat.toolcall import format_call
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([format_call("gpu_calc", {"expression": "[1, 2, 3] @ [4, 5, 6]"}), "It is 32."]))
+    r = CliRunner().invoke(main, ["chat", "--model", str(built), "--mode", "normal", "--script", str(script),
+                                  "--json", "What is the dot product of [1,2,3] and [4,5,6]?"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    [call] = out["tool_calls"]
+    assert out["answer"] == "It is 32." and call["ok"] and call["result"] == "32"
+    assert call["launches"][0]["backend"] == "model" and call["launches"][0]["tokens"] == {"prompt": 305, "generated": 46}

@@ -10,6 +10,7 @@ import click
 from ..cli import user_errors
 from ..errors import QgpuError
 from ..model.modes import MODES
+from .toolcall import CLOSE, OPEN
 from .tools import MODES as CHAT_MODES
 
 GPU_MARK = "[GPU]"
@@ -90,13 +91,50 @@ def describe(result) -> str:
     return f"{GPU_MARK} {result.name}({args}) = {result.text}{where}"
 
 
+class _Hider:
+    """Streamed reply text with tool-call blocks left out (the [GPU] line says what was called). A piece may
+    end inside a tag, so text that could begin one is held back until the next piece decides."""
+
+    def __init__(self) -> None:
+        self.pending, self.inside, self.visible = "", False, False
+
+    def feed(self, piece: str) -> str:
+        self.pending += piece
+        shown = ""
+        while True:
+            tag = CLOSE if self.inside else OPEN
+            at = self.pending.find(tag)
+            if at >= 0:
+                shown += "" if self.inside else self.pending[:at]
+                self.pending, self.inside = self.pending[at + len(tag):], not self.inside
+                continue
+            keep = next((k for k in range(min(len(tag) - 1, len(self.pending)), 0, -1)
+                         if tag.startswith(self.pending[-k:])), 0)
+            if not self.inside:
+                shown += self.pending[:len(self.pending) - keep]
+            self.pending = self.pending[len(self.pending) - keep:]
+            self.visible = self.visible or bool(shown.strip())
+            return shown.lstrip("\n") if not self.visible else shown
+
+    def flush(self) -> str:
+        """The end of a reply: what was held back, and a line break after visible text."""
+        shown = "" if self.inside else self.pending
+        end = "\n" if self.visible or shown.strip() else ""
+        self.pending, self.inside, self.visible = "", False, False
+        return shown.rstrip("\n") + end
+
+
 def _printer():
+    hider = _Hider()
+
     def on_event(kind: str, payload) -> None:
         stream = sys.stdout         # looked up now: a test's runner replaces it
         if kind == "text":
-            stream.write(payload)
+            stream.write(hider.feed(payload))
+        elif kind == "end":
+            stream.write(hider.flush())
         else:
-            stream.write(f"\n{describe(payload)}\n")
+            stream.write(f"{describe(payload)}\n")
         stream.flush()
     return on_event
 
@@ -110,7 +148,6 @@ def _one_question(conv, question: str, as_json: bool) -> None:
 
 
 def _footer(answer) -> None:
-    sys.stdout.write("\n")
     if answer.tools and answer.tools[-1].source and answer.tools[-1].ok:
         sys.stdout.write(f"\nthe kernel that ran:\n{answer.tools[-1].source}\n")
     if not answer.finished:

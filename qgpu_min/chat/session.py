@@ -41,7 +41,7 @@ class Answer:
                                for t in self.tools]}
 
 
-Event = Callable[[str, object], None]       # ("text", piece) while a reply streams, ("tool", ToolResult)
+Event = Callable[[str, object], None]   # ("text", piece) while a reply streams, ("end", reply), ("tool", ToolResult)
 
 
 class Conversation:
@@ -77,6 +77,7 @@ class Conversation:
         results: list[ToolResult] = []
         for round_ in range(1, self.max_rounds + 1):
             raw = self.model.reply(self.prompt(), lambda piece: emit("text", piece))
+            emit("end", raw)
             reply = raw.split(THINK_END, 1)[1].lstrip("\n") if THINK_END in raw else raw
             text, calls = split_reply(reply)
             # what the model wrote stays as written, so the next prompt extends this one token for token
