@@ -1,5 +1,5 @@
 """Fuzzing the GPU cache's reader: a byte-damaged entry file is either refused (reported, removed, to be rebuilt)
-or, when it still reads, gives back exactly the layers and embedding that were written: an accepted entry
+or, when it still reads, gives back exactly the layers, embedding and data readout that were written: an accepted entry
 is never a different GPU."""
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import numpy as np
 from hypothesis import given, strategies as st
 
 from fuzzing import budgets, fuzz_settings, mutate_bytes
-from qgpu_min.circuit.compile import Coo, LayerWeights
+from qgpu_min.circuit.compile import BaseShape, Coo, LayerWeights
+from qgpu_min.circuit.run import Readout
 from qgpu_min.gpu.cache import _try_load, entry_arrays, write_entry
+from qgpu_min.gpu.layout import GpuSpec
 
 KEY = "f" * 64
 
@@ -24,6 +26,13 @@ def _small_entry() -> tuple[list[LayerWeights], np.ndarray]:
     return layers, embed
 
 
+DATA = Readout("data", 1, 2, np.array([0, 0, 1]), np.array([0, 1, 0]), (((0, 1), np.arange(8).reshape(2, 1, 4)),), 2)
+
+
+def _load(path):
+    return _try_load(path, KEY, GpuSpec(), BaseShape())
+
+
 def _dense(m: Coo) -> np.ndarray:
     s = m.to_sparse(exact=False)
     out = np.zeros(s.shape, np.float32)
@@ -36,22 +45,23 @@ def _dense(m: Coo) -> np.ndarray:
 def test_damaged_cache_entries(tmp_path, capsys, budget):
     layers, embed = _small_entry()
     path = tmp_path / f"{KEY}.npz"
-    write_entry(path, entry_arrays(KEY, layers, embed))
+    write_entry(path, entry_arrays(KEY, layers, embed, DATA))
     good = path.read_bytes()
-    assert _try_load(path, KEY) is not None
+    assert _load(path) is not None
 
     @fuzz_settings(budget)
     @given(st.data())
     def check(data):
         damaged = mutate_bytes(good, data.draw)
         path.write_bytes(damaged)
-        loaded = _try_load(path, KEY)
+        loaded = _load(path)
         if loaded is None:
             assert not path.exists(), "a refused entry is removed so that it is rebuilt"
             assert "is unusable" in capsys.readouterr().err
             return
-        got_layers, got_embed = loaded
+        got_layers, got_embed, got_data = loaded.layers, loaded.embed, loaded.data
         assert np.array_equal(got_embed, embed)
+        assert all(np.array_equal(a, b) for a, b in zip(got_data.arrays("d").values(), DATA.arrays("d").values()))
         for got, want in zip(got_layers, layers, strict=True):
             assert (got.units, got.heads) == (want.units, want.heads)
             assert np.array_equal(_dense(got.mats["gate"]), _dense(want.mats["gate"]))

@@ -43,7 +43,7 @@ def _entry(d: Path) -> Path:
 
 def _logits(cg: CompiledGpu, mode: str) -> np.ndarray:
     model = cg.model(mode)
-    return model.prefill(model.new_state(), [cg.vocab.id(t) for t in TOKENS], all_logits=True)
+    return model.prefill(model.new_state(), [cg.token_id(t) for t in TOKENS], all_logits=True)
 
 
 def _no_emit(*_args, **_kw):
@@ -53,17 +53,18 @@ def _no_emit(*_args, **_kw):
 def test_first_use_compiles_and_writes_one_entry(cold):
     d, cg, msgs = cold
     path = _entry(d)                                   # no temporary file left behind
-    assert path.stem == cache.circuit_key(cg.gc, cg.plan.shape)
+    assert path.stem == cache.definition_key(cg.spec, cg.shape)
     assert msgs[0].startswith("compiling the GPU") and msgs[-1] == f"cached at {path}"
     cache.read_entry(path, path.stem)                  # whole and valid
 
 
-def test_second_use_loads_without_emitting(cold, fresh, monkeypatch):
+def test_second_use_loads_without_building_planning_or_emitting(cold, fresh, monkeypatch):
     d, _, _ = cold
-    monkeypatch.setattr(cache, "emit", _no_emit)
+    for step in ("emit", "build", "plan"):
+        monkeypatch.setattr(cache, step, _no_emit)
     msgs: list[str] = []
     warm = cache.load_or_compile(cache_dir=d, progress=msgs.append)
-    assert msgs == []
+    assert msgs == [] and warm.built is None
     assert np.array_equal(warm.embed, fresh.embed) and warm.embed.dtype == np.float32
     assert len(warm.layers) == len(fresh.layers)
     for lw_w, lw_f in zip(warm.layers, fresh.layers):
@@ -81,8 +82,27 @@ def test_second_use_loads_without_emitting(cold, fresh, monkeypatch):
     for mode in ("fp32", "bf16"):
         got, want = _logits(warm, mode), _logits(fresh, mode)
         assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=True), mode
-    # the decoded launch path sees the same vocabulary and plan
-    assert warm.vocab.tokens == fresh.vocab.tokens and warm.data_op.mem.name == fresh.data_op.mem.name
+    # the launch path sees the same tokens and reads the data memory from the same places
+    assert warm.tokens == fresh.tokens and all(warm.token_id(t) == fresh.vocab.id(t) for t in fresh.vocab.tokens)
+    assert warm.built is None and warm.data.arrays("d").keys() == fresh.data.arrays("d").keys()
+    assert all(np.array_equal(a, b) for a, b in zip(warm.data.arrays("d").values(), fresh.data.arrays("d").values()))
+    monkeypatch.undo()
+    assert warm.data_op.mem.name == fresh.data_op.mem.name and warm.built is not None   # built when asked for
+
+
+def test_definition_key_follows_the_spec_shape_and_sources(tmp_path):
+    spec, shape = GpuSpec(), BaseShape()
+    key = cache.definition_key(spec, shape)
+    assert len(key) == 64 and key == cache.definition_key(GpuSpec(), BaseShape())
+    assert cache.definition_key(dataclasses.replace(spec, warps=4), shape) != key
+    assert cache.definition_key(spec, dataclasses.replace(shape, intermediate=4096)) != key
+    installed = Path(cache.__file__).resolve().parent.parent
+    for sub in cache.DEFINING_PACKAGES:                 # a copy of the sources that define the GPU
+        shutil.copytree(installed / sub, tmp_path / sub, ignore=shutil.ignore_patterns("__pycache__"))
+    assert cache.definition_key(spec, shape, package=tmp_path) == key
+    vocab = tmp_path / "gpu" / "vocab.py"
+    vocab.write_text(vocab.read_text() + "\n# a comment is a change too\n")
+    assert cache.definition_key(spec, shape, package=tmp_path) != key
 
 
 # ---- bad entries ------------------------------------------------------------------------------------------

@@ -107,7 +107,7 @@ def load_gpu() -> tuple[object, dict]:
     else:
         source = "compiled" if any("compiling" in m for m in messages) else "cache"
     info = {"source": source, "seconds": round(seconds, 3), "cache_dir": cache_dir,
-            "layers": len(cg.layers), "vocab": len(cg.vocab.tokens), "rss_mib": round(rss_mib(), 1)}
+            "layers": len(cg.layers), "vocab": len(cg.tokens), "rss_mib": round(rss_mib(), 1)}
     return cg, info
 
 

@@ -7,6 +7,8 @@ independent, so a batch of cases runs as one prefill.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from qgpu_min.model import kernels
@@ -100,23 +102,64 @@ def _row_places(op: MemOp) -> tuple[np.ndarray, np.ndarray]:
     return bank, np.concatenate([np.arange(len(b)) for b in banks(op)]).astype(np.int64)
 
 
+@dataclass(frozen=True)
+class Readout:
+    """Where a memory's rows sit in a compiled model's DeltaNet state, all that decoding them needs: the
+    layer, the first head of port 0, each row's bank (head offset) and row within it, and the fields'
+    channels grouped by shape (_field_channels). Plain arrays, so the GPU cache stores it and a warm start
+    decodes results without planning the circuit."""
+    name: str
+    layer: int
+    head: int
+    bank: np.ndarray                                     # [rows]
+    at: np.ndarray                                       # [rows]
+    groups: tuple[tuple[tuple[int, ...], np.ndarray], ...]   # (field indices, channels [fields, sources, size])
+    n_fields: int
+
+    def arrays(self, prefix: str) -> dict[str, np.ndarray]:
+        out = {f"{prefix}.name": np.array(self.name), f"{prefix}.place": np.array([self.layer, self.head, self.n_fields]),
+               f"{prefix}.bank": self.bank, f"{prefix}.at": self.at, f"{prefix}.groups": np.array(len(self.groups))}
+        for k, (idx, chans) in enumerate(self.groups):
+            out[f"{prefix}.g{k}.idx"], out[f"{prefix}.g{k}.chans"] = np.array(idx, np.int64), chans
+        return out
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], prefix: str) -> Readout:
+        layer, head, n_fields = (int(x) for x in arrays[f"{prefix}.place"])
+        groups = tuple((tuple(int(i) for i in arrays[f"{prefix}.g{k}.idx"]), arrays[f"{prefix}.g{k}.chans"])
+                       for k in range(int(arrays[f"{prefix}.groups"])))
+        return cls(str(arrays[f"{prefix}.name"]), layer, head, arrays[f"{prefix}.bank"], arrays[f"{prefix}.at"],
+                   groups, n_fields)
+
+
+def readout(p: Plan, op: MemOp) -> Readout:
+    layer, head = memory_heads(p)[id(op)]
+    bank, at = _row_places(op)
+    groups = tuple((tuple(idx), chans) for idx, chans in _field_channels(op))
+    return Readout(op.mem.name, layer, head, bank, at, groups, len(op.mem.fields))
+
+
 def memory_rows(p: Plan, op: MemOp, recurrent: dict, rows: range | None = None, tol: float = 1e-3) -> np.ndarray:
+    """read_rows of the memory op's readout in plan p."""
+    return read_rows(readout(p, op), recurrent, rows, tol)
+
+
+def read_rows(r: Readout, recurrent: dict, rows: range | None = None, tol: float = 1e-3) -> np.ndarray:
     """The element of every field of the memory's rows [rows, fields], read straight from the compiled
     model's DeltaNet state (recurrent[layer]: (heads, key channels, value channels)), port 0's heads.
 
     A row's value channels hold its fields' active elements at one common positive value (the row's
     scale) and zeros elsewhere; a field with several sources sums its channel blocks. Raises unless every
     row is exactly such a code (within tol, relative): a state that is not is not a result."""
-    layer, head = memory_heads(p)[id(op)]
-    want = np.arange(op.mem.rows) if rows is None else np.asarray(list(rows), np.int64)
-    bank, at = _row_places(op)
-    v = recurrent[layer][head + bank[want], at[want]].astype(np.float64)          # [rows, value channels]
+    want = np.arange(len(r.bank)) if rows is None else np.asarray(list(rows), np.int64)
+    v = recurrent[r.layer][r.head + r.bank[want], r.at[want]].astype(np.float64)   # [rows, value channels]
     scale = v.max(axis=1)
     safe = np.where(scale > 0, scale, 1.0)[:, None]
-    out = np.zeros((len(want), len(op.mem.fields)), np.int64)
+    out = np.zeros((len(want), r.n_fields), np.int64)
     bad = np.zeros(out.shape, bool)
     sums = {}
-    for idx, chans in _field_channels(op):
+    for idx, chans in r.groups:
+        idx = list(idx)
         f = v[:, chans].sum(axis=2)                                                 # [rows, fields, size]
         e = f.argmax(axis=2)
         top = np.take_along_axis(f, e[..., None], axis=2)[..., 0]
@@ -130,7 +173,7 @@ def memory_rows(p: Plan, op: MemOp, recurrent: dict, rows: range | None = None, 
         k = int(np.argmax(bad.any(axis=1)))                                         # the first bad row, its first field
         i = int(np.argmax(bad[k]))
         f = sums[i][k]
-        raise CircuitError(f"memory {op.mem.name} row {int(want[k])} field {i} is not an exact code in the state: "
+        raise CircuitError(f"memory {r.name} row {int(want[k])} field {i} is not an exact code in the state: "
                            f"{(f / scale[k] if scale[k] > 0 else f).tolist()}")
     return out
 

@@ -1,13 +1,17 @@
 """The compiled GPU (the circuit-only model) cached on disk, keyed by a hash of the circuit's definition.
 
 Compiling the GPU takes seconds, most of it emitting the layer weights and the embedding rows of the
-vocabulary; building and planning the circuit is cheap and needed anyway (the vocabulary, the state
-layout). So `load_or_compile` always builds and plans, hashes the circuit (`circuit_key`), and takes the
-emitted layers and embedding from `<cache dir>/<key>.npz` when that entry is present and intact, else
-emits them and writes the entry.
+vocabulary; building and planning the circuit takes most of a second more. A launch needs neither once
+the weights exist: only the layers, the embedding and where the data memory sits in the state. So the
+entry's key is `definition_key`: a hash of what defines the circuit (the spec, the base shape, the entry
+format and the source text of the packages that build, plan and emit it: gpu, circuit, machine, model).
+`load_or_compile` takes `<cache dir>/<key>.npz` when that entry is present and intact, else builds,
+plans and emits and writes the entry. `circuit_key`, a hash of the built circuit itself (every op), is
+what a merged checkpoint's manifest records.
 
 An entry stores every sparse matrix in CSR form (bf16 bits), the small vectors, the embedding in CSR
-form (it is mostly zeros), its key, its format version and a sha256 of all of that. A file that cannot
+form (it is mostly zeros), the data memory's readout (circuit.run.Readout), its key, its format version
+and a sha256 of all of that. A file that cannot
 be read, fails its hash, or holds another key or format is reported on stderr, removed and rebuilt.
 Entries are written to a temporary file in the same folder and renamed into place, so a reader (another
 process included) sees either no entry or a whole one; two processes compiling at once both write whole
@@ -28,18 +32,22 @@ from ..circuit import compile as compile_module, ir as ir_module, run as run_mod
 from ..circuit.compile import BaseShape, Coo, LayerWeights, Plan, check_exact_weights, emit, plan
 from ..circuit.ir import CONST, Circuit, Gate, Group, Unit
 from ..circuit.margin import static_check
-from ..circuit.run import embedding_rows
+from ..circuit.run import Readout, embedding_rows
 from ..files import atomic_output
 from ..model.bf16 import bf16_to_f32
 from . import layout as layout_module, vocab as vocab_module
 from .core import GpuCircuit, build
 from .layout import GpuSpec
-from .model import CompiledGpu
+from .model import CompiledGpu, compiled_from
 from .program import GpuLaunchError
 from .vocab import Vocab
 
 # Bump when the entry layout or the meaning of its arrays changes: older entries then read as stale.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+
+# The packages whose source defines the GPU's weights (definition_key): building the circuit (gpu, machine),
+# planning and emitting it (circuit) and the runtime's conversions the entry stores (model).
+DEFINING_PACKAGES = ("gpu", "circuit", "machine", "model")
 
 # The code that turns a circuit definition into weights and embedding rows. Its text is part of the key,
 # so an entry written before the compiler changed is never taken for the new compiler's output.
@@ -163,6 +171,20 @@ def circuit_key(gc_or_circuit: GpuCircuit | Circuit, shape: BaseShape) -> str:
     return hashlib.sha256("".join(canon.parts).encode()).hexdigest()
 
 
+def definition_key(spec: GpuSpec, shape: BaseShape, package: Path | None = None) -> str:
+    """sha256 hex of the entry format, the spec, the base shape and the source of DEFINING_PACKAGES (in
+    `package`, default this one): the same key means the same circuit, plan and weights, known without
+    building any of them (milliseconds)."""
+    h = hashlib.sha256(f"qgpu-min gpu cache format {FORMAT_VERSION}\nspec {spec!r}\nshape {shape!r}\n".encode())
+    package = package or Path(__file__).resolve().parent.parent
+    for sub in DEFINING_PACKAGES:
+        for path in sorted((package / sub).rglob("*.py")):
+            data = path.read_bytes()
+            h.update(f"{path.relative_to(package).as_posix()}:{len(data)}:".encode())
+            h.update(data)
+    return h.hexdigest()
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Entries
 
@@ -216,10 +238,11 @@ def _embed_arrays(embed: np.ndarray) -> dict[str, np.ndarray]:
             "embed.indices": cols.astype(np.int32), "embed.values": embed[rows, cols].astype(np.float32)}
 
 
-def entry_arrays(key: str, layers: list[LayerWeights], embed: np.ndarray) -> dict[str, np.ndarray]:
+def entry_arrays(key: str, layers: list[LayerWeights], embed: np.ndarray, data: Readout) -> dict[str, np.ndarray]:
     """Everything an entry stores, its digest included."""
     arrays: dict[str, np.ndarray] = {"meta.format": np.array(FORMAT_VERSION, np.int64), "meta.key": np.array(key),
-                                     "meta.layers": np.array([[lw.units, lw.heads] for lw in layers], np.int64)}
+                                     "meta.layers": np.array([[lw.units, lw.heads] for lw in layers], np.int64),
+                                     **data.arrays("data")}
     for i, lw in enumerate(layers):
         arrays[f"L{i}.mats"] = np.array(list(lw.mats))
         arrays[f"L{i}.vecs"] = np.array(list(lw.vecs))
@@ -306,12 +329,12 @@ def _emit_checked(gc: GpuCircuit, vocab: Vocab, p: Plan) -> tuple[list[LayerWeig
     return layers, embedding_rows(p, vocab.table)
 
 
-def _try_load(path: Path, key: str) -> tuple[list[LayerWeights], np.ndarray] | None:
+def _try_load(path: Path, key: str, spec: GpuSpec, shape: BaseShape) -> CompiledGpu | None:
     if not path.exists():
         return None
     try:
         arrays = read_entry(path, key)
-        return layers_of(arrays), _embed_of(arrays)
+        return CompiledGpu(spec, shape, layers_of(arrays), _embed_of(arrays), Readout.from_arrays(arrays, "data"))
     except BadEntry as e:
         reason = str(e)
     except Exception as e:  # a checked entry that still does not rebuild: treat it as corrupt too
@@ -326,21 +349,23 @@ def _try_load(path: Path, key: str) -> tuple[list[LayerWeights], np.ndarray] | N
 
 def load_or_compile(spec: GpuSpec = GpuSpec(), shape: BaseShape = BaseShape(), cache_dir: str | Path | None = None,
                     progress: Progress | None = None) -> CompiledGpu:
-    """The compiled GPU, its layers and embedding from the cache when an intact entry for this circuit is
-    there, else compiled (and the entry written). Either way the layers hold bulk-form Coo matrices, so
-    the result does not depend on the cache's state. A cache that cannot be written is only a warning."""
+    """The compiled GPU, its layers, embedding and data readout from the cache when an intact entry for this
+    definition is there (nothing is built or planned then), else compiled (and the entry written). Either way
+    the layers hold bulk-form Coo matrices, so the result does not depend on the cache's state. A cache that
+    cannot be written is only a warning."""
+    key = definition_key(spec, shape)
+    path = entry_path(Path(cache_dir) if cache_dir is not None else default_cache_dir(), key)
+    loaded = _try_load(path, key, spec, shape)
+    if loaded is not None:
+        return loaded
+    if progress is not None:
+        progress("compiling the GPU (first use; about 10 s, then cached) ...")
     gc = build(spec)
     vocab = Vocab(gc)
     p = plan(gc.circuit, shape)
-    key = circuit_key(gc, shape)
-    path = entry_path(Path(cache_dir) if cache_dir is not None else default_cache_dir(), key)
-    loaded = _try_load(path, key)
-    if loaded is not None:
-        return CompiledGpu(gc, vocab, p, *loaded)
-    if progress is not None:
-        progress("compiling the GPU (first use; about 10 s, then cached) ...")
     layers, embed = _emit_checked(gc, vocab, p)
-    arrays = entry_arrays(key, layers, embed)
+    cg = compiled_from(gc, p, layers, embed)
+    arrays = entry_arrays(key, layers, embed, cg.data)
     try:
         write_entry(path, arrays)
         if progress is not None:
@@ -349,4 +374,5 @@ def load_or_compile(spec: GpuSpec = GpuSpec(), shape: BaseShape = BaseShape(), c
         _warn(f"could not write the GPU cache entry {path} ({e}); compiling again next time")
     # the layers as a warm load returns them (dropping emit's per-entry lists); the embedding as emitted,
     # which equals the stored one, so the dense array is not made twice
-    return CompiledGpu(gc, vocab, p, layers_of(arrays), embed)
+    cg.layers = layers_of(arrays)
+    return cg

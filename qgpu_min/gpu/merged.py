@@ -23,6 +23,7 @@ from typing import Callable
 from ..circuit.compile import BaseShape, Plan, plan
 from ..circuit.ir import MemOp
 from ..circuit.merge import build_merged
+from ..circuit.run import Readout, readout
 from ..circuit.tokens import CircuitTokens
 from ..files import read_json, write_text_atomic
 from ..model.config import load_config
@@ -239,6 +240,10 @@ class MergedGpu:
     @property
     def data_op(self) -> MemOp:
         return next(op for op in self.plan.ops if isinstance(op, MemOp) and op.mem is self.gc.data_memory)
+
+    @property
+    def data(self) -> Readout:
+        return readout(self.plan, self.data_op)
 
     def token_id(self, t: Token) -> int:
         return self.offset + self.vocab.id(t)

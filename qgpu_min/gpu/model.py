@@ -3,11 +3,12 @@
 The model's own forward pass (qgpu_min.model.forward) runs every token; the next token is the argmax of
 its logits over the GPU vocabulary (the tied embedding). The host feeds back exactly that token and
 stops at HALT or FAULT; the launch's words are then decoded from the data memory's rows in the DeltaNet
-state (circuit.run.memory_rows). Nothing here computes a result.
+state (circuit.run.read_rows). Nothing here computes a result.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -15,12 +16,12 @@ import numpy as np
 from ..circuit.compile import BaseShape, Plan, check_exact_weights, emit, plan
 from ..circuit.ir import MemOp
 from ..circuit.margin import static_check
-from ..circuit.run import circuit_model, embedding_rows, memory_rows, row_words
+from ..circuit.run import Readout, circuit_model, embedding_rows, read_rows, readout, row_words
 from ..model.forward import Model
 from .core import GpuCircuit, build
 from .layout import GpuSpec
 from .program import GpuLaunchError
-from .vocab import Token, Vocab, token_name
+from .vocab import Token, Vocab, all_tokens, token_name
 
 if TYPE_CHECKING:
     from .merged import MergedGpu
@@ -28,27 +29,60 @@ if TYPE_CHECKING:
 
 @dataclass
 class CompiledGpu:
-    gc: GpuCircuit
-    vocab: Vocab
-    plan: Plan
+    """The circuit-only GPU: its emitted layers and embedding, and the data memory's readout (all a launch
+    needs). The circuit, its plan and the vocabulary's input fields are built on first use only (--check,
+    reports): a warm start from the cache (gpu/cache.py) skips them."""
+    spec: GpuSpec
+    shape: BaseShape
     layers: list
     embed: np.ndarray          # f32 [V, hidden], one row per token of the vocabulary
+    data: Readout              # where the data memory's rows are in the state
+    built: tuple | None = None                    # (GpuCircuit, Plan) when already at hand
     models: dict = field(default_factory=dict)   # mode -> Model
 
     def model(self, mode: str = "fp32") -> Model:
         if mode not in self.models:
-            self.models[mode] = circuit_model(self.layers, self.plan.shape, self.embed, mode)
+            self.models[mode] = circuit_model(self.layers, self.shape, self.embed, mode)
         return self.models[mode]
+
+    @cached_property
+    def tokens(self) -> list[Token]:
+        return all_tokens(self.spec)
+
+    @cached_property
+    def ids(self) -> dict[Token, int]:
+        return {t: i for i, t in enumerate(self.tokens)}
+
+    def _built(self) -> tuple[GpuCircuit, Plan]:
+        if self.built is None:
+            gc = build(self.spec)
+            self.built = (gc, plan(gc.circuit, self.shape))
+        return self.built
+
+    @property
+    def gc(self) -> GpuCircuit:
+        return self._built()[0]
+
+    @property
+    def plan(self) -> Plan:
+        return self._built()[1]
+
+    @cached_property
+    def vocab(self) -> Vocab:
+        return Vocab(self.gc)
 
     @property
     def data_op(self) -> MemOp:
         return next(op for op in self.plan.ops if isinstance(op, MemOp) and op.mem is self.gc.data_memory)
 
     def token_id(self, t: Token) -> int:
-        return self.vocab.id(t)
+        try:
+            return self.ids[t]
+        except KeyError:
+            raise ValueError(f"no GPU token {t!r}") from None
 
     def token_at(self, i: int) -> Token | None:
-        return self.vocab.tokens[i]
+        return self.tokens[i]
 
 
 def compile_gpu(spec: GpuSpec = GpuSpec(), shape: BaseShape = BaseShape()) -> CompiledGpu:
@@ -61,7 +95,13 @@ def compile_gpu(spec: GpuSpec = GpuSpec(), shape: BaseShape = BaseShape()) -> Co
         raise GpuLaunchError(f"the GPU circuit fails its static check: {report.problems[:3]}")
     layers = emit(p, gc.out_code)
     check_exact_weights(layers)
-    return CompiledGpu(gc, vocab, p, layers, embedding_rows(p, vocab.table))
+    return compiled_from(gc, p, layers, embedding_rows(p, vocab.table))
+
+
+def compiled_from(gc: GpuCircuit, p: Plan, layers: list, embed: np.ndarray) -> CompiledGpu:
+    """A CompiledGpu of emitted layers, with the circuit and plan they came from."""
+    data = readout(p, next(op for op in p.ops if isinstance(op, MemOp) and op.mem is gc.data_memory))
+    return CompiledGpu(gc.spec, p.shape, layers, embed, data, (gc, p))
 
 
 def current_cta(generated: list[Token]) -> tuple[int, int]:
@@ -113,4 +153,4 @@ def run_launch(cg: CompiledGpu | MergedGpu, prompt: list[Token], mode: str = "fp
             raise TooManyTokens(f"the launch did not halt within {max_generated} generated tokens", last[1], last[2],
                                 last[3], current_cta(generated))
         logits = model.decode(state, cg.token_id(t))
-    return ModelRun(prompt, generated, row_words(memory_rows(cg.plan, cg.data_op, state.recurrent)))
+    return ModelRun(prompt, generated, row_words(read_rows(cg.data, state.recurrent)))
