@@ -24,6 +24,7 @@ from qgpu_min.model.safetensors_io import MappedFiles, read_checkpoint_headers, 
 from .compile import BaseShape, LayerWeights, OutputCode, add_mute, check_exact_weights, emit, plan
 from .ir import Circuit, CircuitError
 from .margin import static_check, text_gate_check
+from .placement import choose_dims, in_plan_order, place_layer, place_rows
 from .tokens import CircuitTokens, normalised_text_rows, text_gates, token_rows
 
 SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json", "chat_template.jinja",
@@ -117,6 +118,7 @@ class Built:
     text_max_pre: float   # highest pre-activation any text token reaches in a circuit layer (<= -90)
     layer_units: list
     layer_heads: list
+    dims: np.ndarray | None = None   # dims[j]: the base dim the plan's residual dim j went to (placement)
 
 
 def build_merged(circuit: Circuit, toks: CircuitTokens, out_code: OutputCode, base_dir: str | Path,
@@ -135,12 +137,15 @@ def build_merged(circuit: Circuit, toks: CircuitTokens, out_code: OutputCode, ba
     check_exact_weights(layers)
     infos = read_checkpoint_headers(base_dir, keep=lambda n: n.endswith("embed_tokens.weight"))
     text = normalised_text_rows(MappedFiles().array(next(iter(infos.values()))), shape.eps)
+    perm = choose_dims(p, text)
+    text = in_plan_order(text, perm)          # gates are found and checked in the plan's numbering
     gates = text_gates(p, text)
     add_mute(layers, gates, shape)
     worst = text_gate_check(layers, text, shape.qk_rows)
-    path = write_merged(base_dir, out_dir, layers, shape, token_rows(p, toks))
+    placed = [place_layer(lw, perm) for lw in layers]
+    path = write_merged(base_dir, out_dir, placed, shape, place_rows(token_rows(p, toks), perm))
     return Built(path, toks, cfg.vocab_size, len(layers), min(g.tau for g in gates.values()), worst,
-                 [lw.units for lw in layers], [lw.heads for lw in layers])
+                 [lw.units for lw in layers], [lw.heads for lw in layers], perm)
 
 
 def write_circuit_only(out_dir: str | Path, layers: list[LayerWeights], shape: BaseShape,

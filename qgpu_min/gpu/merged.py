@@ -89,6 +89,8 @@ def build_gpu_checkpoint(base_dir: str | Path, out_dir: str | Path, spec: GpuSpe
         "layers": {"gpu": [0, built.n_layers], "base": [built.n_layers, built.n_layers + cfg.num_hidden_layers]},
         "tokens": {"gpu": [built.base_vocab, built.base_vocab + len(vocab.tokens)], "base_vocab": built.base_vocab},
         "text_gate": {"min_margin": built.tau, "max_text_pre_activation": built.text_max_pre},
+        # where the GPU's residual dims went (circuit.placement): dims[j] is the base dim of the plan's dim j
+        "residual_dims": [int(d) for d in built.dims],
     }
     gpu_ids = range(built.base_vocab, built.base_vocab + len(vocab.tokens))
     placeholders = add_tokens_to_tokenizer(built.path, {i: added_token_text(t) for i, t in zip(gpu_ids, vocab.tokens)})
