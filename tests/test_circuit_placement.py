@@ -98,3 +98,17 @@ def test_find_text_gate_on_one_one_signed_dim():
     assert find_text_gate(text, [10, 20, 30], 64).tau > 0
     with pytest.raises(CircuitError, match="no text gate"):
         find_text_gate(text, [20, 30, 40], 64)
+
+
+def test_a_fallback_gate_names_the_rows_it_leaves_unsilenced():
+    text = _text_with_one_signed_dims(64, [10])
+    text[[3, 77]] = np.where(np.arange(64) == 10, -5.0, text[[3, 77]])      # two rows break the one-signed dim
+    with pytest.raises(CircuitError, match="no text gate"):
+        find_text_gate(text, [10], 64)
+    with pytest.raises(CircuitError, match="2 rows would leak, more than the 1 allowed"):
+        find_text_gate(text, [10], 64, max_leaks=1)
+    gate = find_text_gate(text, [10], 64, max_leaks=2)
+    assert gate.leaks.tolist() == [3, 77] and gate.tau > 0
+    silent = np.delete(text, gate.leaks, axis=0)
+    assert (silent @ gate.lam).max() <= -gate.tau and (text[gate.leaks] @ gate.lam).min() > -0.05
+    assert gate.max_abs[10] == np.abs(silent[:, 10]).max()                  # bounds over the silenced rows only

@@ -178,3 +178,8 @@ def test_chat_launches_run_on_the_merged_models_own_gpu(built, tmp_path):
     [call] = out["tool_calls"]
     assert out["answer"] == "It is 32." and call["ok"] and call["result"] == "32"
     assert call["launches"][0]["backend"] == "model" and call["launches"][0]["tokens"] == {"prompt": 305, "generated": 46}
+
+
+def test_build_help_states_the_librarys_leak_default():
+    r = CliRunner().invoke(main, ["build", "--help"])
+    assert f"[default: {merged.DEFAULT_MAX_LEAKS}]" in " ".join(r.output.split())

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -398,8 +398,9 @@ class Mute:
 
     lam: np.ndarray   # [hidden], zero on dims live on circuit tokens
     tau: float
-    max_abs: np.ndarray  # [hidden] max |normalised text value| per dim
+    max_abs: np.ndarray  # [hidden] max |normalised text value| per dim, over the rows it silences
     margin: float = 100.0
+    leaks: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # text rows it does NOT silence
 
 
 @dataclass

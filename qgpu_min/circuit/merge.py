@@ -25,7 +25,7 @@ from .compile import BaseShape, LayerWeights, OutputCode, add_mute, check_exact_
 from .ir import Circuit, CircuitError
 from .margin import static_check, text_gate_check
 from .placement import choose_dims, in_plan_order, place_layer, place_rows
-from .tokens import CircuitTokens, normalised_text_rows, text_gates, token_rows
+from .tokens import CircuitTokens, leaked_rows, normalised_text_rows, text_gates, token_rows
 
 SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json", "chat_template.jinja",
               "vocab.json", "merges.txt")
@@ -115,18 +115,23 @@ class Built:
     base_vocab: int
     n_layers: int
     tau: float            # smallest text-gate margin over the sublayers
-    text_max_pre: float   # highest pre-activation any text token reaches in a circuit layer (<= -90)
+    text_max_pre: float   # highest pre-activation any silenced text token reaches in a circuit layer (<= -90)
     layer_units: list
     layer_heads: list
     dims: np.ndarray | None = None   # dims[j]: the base dim the plan's residual dim j went to (placement)
+    leaky_ids: np.ndarray | None = None  # text token ids the gates do not silence (max_leaks > 0 only)
 
 
 def build_merged(circuit: Circuit, toks: CircuitTokens, out_code: OutputCode, base_dir: str | Path,
-                 out_dir: str | Path, keep: list | None = None) -> Built:
+                 out_dir: str | Path, keep: list | None = None, text_ids: np.ndarray | None = None,
+                 max_leaks: int = 0) -> Built:
     """Compile `circuit` for the base checkpoint's shapes (static margin check, exact weights, a text gate
     per sublayer from the base's embedding matrix, checked on every text row) and write the merged
     checkpoint with the circuit tokens appended to the vocabulary. `keep`: groups the plan holds to the end
-    (default: the output code's input groups, as the demo circuits need; the GPU plans with none)."""
+    (default: the output code's input groups, as the demo circuits need; the GPU plans with none).
+    `text_ids`: the embedding rows text can produce (default all; padding rows past the tokenizer need no
+    gate); `max_leaks`: text tokens the gates may leave unsilenced where no exact gate exists (reported in
+    Built.leaky_ids, checked silent never)."""
     cfg = load_config(base_dir)
     shape = BaseShape.from_config(cfg)
     p = plan(circuit, shape, keep=[ig for _, ig in out_code.pairs] if keep is None else keep)
@@ -137,15 +142,18 @@ def build_merged(circuit: Circuit, toks: CircuitTokens, out_code: OutputCode, ba
     check_exact_weights(layers)
     infos = read_checkpoint_headers(base_dir, keep=lambda n: n.endswith("embed_tokens.weight"))
     text = normalised_text_rows(MappedFiles().array(next(iter(infos.values()))), shape.eps)
+    ids = np.arange(len(text)) if text_ids is None else np.asarray(text_ids, np.int64)
+    text = text[ids]
     perm = choose_dims(p, text)
     text = in_plan_order(text, perm)          # gates are found and checked in the plan's numbering
-    gates = text_gates(p, text)
+    gates = text_gates(p, text, max_leaks)
+    leaks = leaked_rows(gates)
     add_mute(layers, gates, shape)
-    worst = text_gate_check(layers, text, shape.qk_rows)
+    worst = text_gate_check(layers, np.delete(text, leaks, axis=0), shape.qk_rows)
     placed = [place_layer(lw, perm) for lw in layers]
     path = write_merged(base_dir, out_dir, placed, shape, place_rows(token_rows(p, toks), perm))
     return Built(path, toks, cfg.vocab_size, len(layers), min(g.tau for g in gates.values()), worst,
-                 [lw.units for lw in layers], [lw.heads for lw in layers], perm)
+                 [lw.units for lw in layers], [lw.heads for lw in layers], perm, ids[leaks])
 
 
 def write_circuit_only(out_dir: str | Path, layers: list[LayerWeights], shape: BaseShape,

@@ -10,7 +10,9 @@ pre-activation is <= -90 there (silu then returns -0.0 in fp32 and bf16). Withou
 linear functional T(u) = lam . u that is negative on every normalised text embedding and 0 on circuit
 tokens; `text_gates` looks for one per sublayer on the dims that are zero on circuit tokens there, and
 reports its margin tau. If none exists for a checkpoint (the text embeddings do not lie in an open
-half-space of those dims), exact silence is impossible with this construction and the build says so.
+half-space of those dims), exact silence is impossible with this construction: with max_leaks > 0 the gate
+that silences all but at most that many rows is taken, and those rows are reported (Mute.leaks), never
+claimed silent; else the build says so and stops.
 """
 from __future__ import annotations
 
@@ -62,10 +64,14 @@ def _chunks(X: np.ndarray, cols: list[int]):
         yield X[i:i + CHUNK, cols].astype(np.float64)
 
 
-def find_text_gate(text_rows: np.ndarray, free_dims: list[int], hidden: int) -> Mute:
+LEAK_MARGIN = 0.05     # a fallback gate keeps every row it silences at least this far below zero
+
+
+def find_text_gate(text_rows: np.ndarray, free_dims: list[int], hidden: int, max_leaks: int = 0) -> Mute:
     """lam on free_dims with lam . u <= -tau < 0 for every normalised text row u: the least-squares
     solution of lam . u = -1 (through the normal equations, in row chunks), then perceptron passes over
-    the rows it still misses."""
+    the rows it still misses. Where no such lam is found, and at most max_leaks rows have lam . u above
+    -LEAK_MARGIN, those rows are the gate's leaks and tau is the margin over the others."""
     if not free_dims:
         raise CircuitError("no residual dims left outside the circuit for the text gate")
     n = len(free_dims)
@@ -87,25 +93,44 @@ def find_text_gate(text_rows: np.ndarray, free_dims: list[int], hidden: int) -> 
         if not bad:
             break
         lam -= 0.1 * push / bad
-    tau = -max(float((X @ lam).max()) for X in _chunks(text_rows, free_dims))
+    scores = np.concatenate([X @ lam for X in _chunks(text_rows, free_dims)])
+    leaks = np.zeros(0, np.int64)
+    if scores.max() >= 0 and max_leaks:
+        worst = np.flatnonzero(scores > -LEAK_MARGIN)
+        if len(worst) <= max_leaks:
+            leaks = worst
+    silent = np.ones(len(text_rows), bool)
+    silent[leaks] = False
+    tau = -float(scores[silent].max()) if silent.any() else 0.0
     if tau <= 0:
         raise CircuitError(f"no text gate: the {len(text_rows)} text embeddings do not lie in an open half-space "
-                           f"of the {n} dims that are zero on circuit tokens (best margin {tau:.3g}); text tokens "
-                           "cannot be made exactly silent with this circuit layout")
+                           f"of the {n} dims that are zero on circuit tokens (best margin {tau:.3g}"
+                           + (f"; {int((scores > -LEAK_MARGIN).sum())} rows would leak, more than the "
+                              f"{max_leaks} allowed" if max_leaks else "") +
+                           "); text tokens cannot be made exactly silent with this circuit layout")
     full = np.zeros(hidden)
     full[free_dims] = lam
     max_abs = np.zeros(hidden)
     for i in range(0, len(text_rows), CHUNK):
-        max_abs = np.maximum(max_abs, np.abs(text_rows[i:i + CHUNK]).max(axis=0))
-    return Mute(full, tau, max_abs)
+        block = text_rows[i:i + CHUNK][silent[i:i + CHUNK]]
+        if len(block):
+            max_abs = np.maximum(max_abs, np.abs(block).max(axis=0))
+    return Mute(full, tau, max_abs, leaks=leaks)
 
 
-def text_gates(p: Plan, text_rows: np.ndarray) -> dict:
+def text_gates(p: Plan, text_rows: np.ndarray, max_leaks: int = 0) -> dict:
     """A text gate per sublayer, each on the dims that are zero on circuit tokens at that point (dims freed
-    earlier count too): {("attn", L): Mute, ("mlp", L): Mute}."""
+    earlier count too): {("attn", L): Mute, ("mlp", L): Mute}. max_leaks: rows each gate may leave unsilenced
+    (see find_text_gate; leaked_rows gives their union)."""
     gates = {}
     for L in range(p.n_layers):
         for kind, t in (("attn", 2 * L - 1), ("mlp", 2 * L)):
             free = sorted(set(range(p.shape.hidden)) - live_dims(p, t))
-            gates[(kind, L)] = find_text_gate(text_rows, free, p.shape.hidden)
+            gates[(kind, L)] = find_text_gate(text_rows, free, p.shape.hidden, max_leaks)
     return gates
+
+
+def leaked_rows(gates: dict) -> np.ndarray:
+    """The text rows some gate does not silence: a row leaking into one sublayer changes what every later one
+    sees, so it is not silent at all."""
+    return np.unique(np.concatenate([np.zeros(0, np.int64)] + [g.leaks for g in gates.values()]))

@@ -26,9 +26,12 @@ def default_out_dir(base: Path) -> Path:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="Where to write the merged checkpoint (default: under the user's cache; printed).")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
+@click.option("--max-leaky-tokens", "max_leaks", type=click.IntRange(min=0), metavar="N",
+              help="Where no text gate silences every text token of the base, accept one that leaves at most N "
+              "token ids unsilenced (named in the manifest and on stderr); 0: refuse instead. [default: 256]")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary (the manifest, the folder, the time).")
 @user_errors
-def build_command(base: Path | None, out: Path | None, force: bool, as_json: bool) -> None:
+def build_command(base: Path | None, out: Path | None, force: bool, max_leaks: int | None, as_json: bool) -> None:
     """Compile the GPU for the base's shapes, merge it in front of the base's layers (text gates keep every
     text token's GPU outputs exactly zero) and write one checkpoint with a build manifest; print its folder.
     Launch through it with `qgpu-min run --backend model --model DIR`."""
@@ -41,7 +44,8 @@ def build_command(base: Path | None, out: Path | None, force: bool, as_json: boo
         say("fetching the pinned Qwen/Qwen3.5-2B ...")
         base = fetch_model(log=say)
     out = out or default_out_dir(base)
-    manifest = build_gpu_checkpoint(base, out, force=force, progress=say)
+    leaks = {} if max_leaks is None else {"max_leaks": max_leaks}    # else the library's default
+    manifest = build_gpu_checkpoint(base, out, force=force, progress=say, **leaks)
     seconds = round(time.monotonic() - started, 1)
     size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
     if as_json:
@@ -50,7 +54,9 @@ def build_command(base: Path | None, out: Path | None, force: bool, as_json: boo
         lo, hi = manifest["layers"]["gpu"]
         t0, t1 = manifest["tokens"]["gpu"]
         say(f"built in {seconds} s: {size / 2**30:.2f} GiB, GPU layers {lo}..{hi - 1}, GPU tokens {t0}..{t1 - 1}, "
-            f"text-gate margin {manifest['text_gate']['min_margin']:.3f}")
+            f"text-gate margin {manifest['text_gate']['min_margin']:.3f}, text "
+            + ("exactly silent" if manifest["text_gate"]["exact"]
+               else f"silent except {len(manifest['text_gate']['leaky_token_ids'])} token ids"))
         click.echo(str(out))
 
 

@@ -58,11 +58,16 @@ def _base_record(base: Path) -> dict:
             "weight_files": {f.name: f.stat().st_size for f in checkpoint_files(base)}}
 
 
+DEFAULT_MAX_LEAKS = 256   # text tokens a build may leave unsilenced where no exact text gate exists (reported)
+
+
 def build_gpu_checkpoint(base_dir: str | Path, out_dir: str | Path, spec: GpuSpec = GpuSpec(), force: bool = False,
-                         progress: Progress | None = None) -> dict:
+                         progress: Progress | None = None, max_leaks: int = DEFAULT_MAX_LEAKS) -> dict:
     """Compile the GPU for the base's shapes, merge it in front of the base, write the manifest; returns the
     manifest. An existing out_dir is an error unless `force`; the checkpoint is written to a temporary
-    folder and renamed at the end (circuit.merge), the manifest inside it before the rename."""
+    folder and renamed at the end (circuit.merge), the manifest inside it before the rename. The text gates
+    cover every embedding row the base's tokenizer can produce; where no gate silences all of them, up to
+    max_leaks are left out, named in the manifest (`text_gate.leaky_token_ids`) and in the progress output."""
     from .cache import circuit_key
 
     say = progress or (lambda _m: None)
@@ -80,7 +85,14 @@ def build_gpu_checkpoint(base_dir: str | Path, out_dir: str | Path, spec: GpuSpe
         shutil.rmtree(tmp)
     check_disk(base, out, plan(gc.circuit, shape).n_layers, len(vocab.tokens), shape)
     say(f"compiling it for {base} and writing the merged checkpoint (the GPU's layers are dense in the file) ...")
-    built = build_merged(gc.circuit, gpu_tokens(vocab), gc.out_code, base, tmp, keep=[])  # planned as compile_gpu
+    text_ids = text_token_ids(base, cfg.vocab_size)
+    built = build_merged(gc.circuit, gpu_tokens(vocab), gc.out_code, base, tmp, keep=[],  # planned as compile_gpu
+                         text_ids=text_ids, max_leaks=max_leaks)
+    leaky = [int(i) for i in built.leaky_ids]
+    if leaky:
+        say(f"warning: no text gate silences every text token of this base; {len(leaky)} token ids are not "
+            f"exactly silent (listed in {MANIFEST}: text_gate.leaky_token_ids); measure the drift with "
+            f"`qgpu-min drift`")
     manifest = {
         "format": MANIFEST_FORMAT,
         "qgpu_min_version": _version(),
@@ -88,7 +100,9 @@ def build_gpu_checkpoint(base_dir: str | Path, out_dir: str | Path, spec: GpuSpe
         "gpu": {"circuit_key": key, "spec": _spec_record(spec)},
         "layers": {"gpu": [0, built.n_layers], "base": [built.n_layers, built.n_layers + cfg.num_hidden_layers]},
         "tokens": {"gpu": [built.base_vocab, built.base_vocab + len(vocab.tokens)], "base_vocab": built.base_vocab},
-        "text_gate": {"min_margin": built.tau, "max_text_pre_activation": built.text_max_pre},
+        "text_gate": {"min_margin": built.tau, "max_text_pre_activation": built.text_max_pre,
+                      "exact": not leaky, "leaky_token_ids": leaky,
+                      "unchecked_ids": [int(i) for i in sorted(set(range(cfg.vocab_size)) - set(text_ids.tolist()))]},
         # where the GPU's residual dims went (circuit.placement): dims[j] is the base dim of the plan's dim j
         "residual_dims": [int(d) for d in built.dims],
     }
@@ -105,6 +119,15 @@ def build_gpu_checkpoint(base_dir: str | Path, out_dir: str | Path, spec: GpuSpe
 
 
 TEXT_BYTES_PER_TOKEN = 360   # measured: 354 (tokenizer.json, tokenizer_config.json, generation_config.json)
+
+
+def text_token_ids(base: Path, vocab_size: int):
+    """The embedding rows text can produce: the ids the base's tokenizer knows (all rows without one). Qwen
+    pads its embedding past the tokenizer; those rows need no gate, and the manifest lists them."""
+    import numpy as np
+    from ..model.tokenizer import load_tokenizer
+    tok = load_tokenizer(base)
+    return np.arange(vocab_size) if tok is None else np.flatnonzero(tok.known_ids(vocab_size))
 
 
 def estimated_bytes(base: Path, gpu_layers: int, gpu_tokens: int, shape: BaseShape) -> int:
