@@ -33,6 +33,12 @@ def _wait_for(session: str, text: str, seconds: float = 60, history: bool = Fals
     raise AssertionError(f"{text!r} did not appear; the screen:\n{_screen(session)}")
 
 
+def _start(session: str, command: str) -> None:
+    """`command` in a new detached 160x40 terminal, then the exit status printed, the window kept to read."""
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "40",
+                    f"{command}; echo EXITED $?; sleep 30"], check=True)
+
+
 def _type(session: str, line: str) -> None:
     subprocess.run(["tmux", "send-keys", "-t", session, "-l", line], check=True)
     subprocess.run(["tmux", "send-keys", "-t", session, "Enter"], check=True)
@@ -44,9 +50,7 @@ def test_interactive_session_answers_resets_and_quits(tmp_path):
     script.write_text(json.dumps([format_call("gpu_calc", {"expression": "[1, 2, 3] @ [4, 5, 6]"}),
                                   "The dot product is 32.", "Hello again."]))
     session = f"qgpu-chat-{tmp_path.name}"[:40]
-    command = (f"{sys.executable} -m qgpu_min chat --model {model} --gpu interp --script {script}; "
-               f"echo EXITED $?; sleep 30")
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "40", command], check=True)
+    _start(session, f"{sys.executable} -m qgpu_min chat --model {model} --gpu interp --script {script}")
     try:
         _wait_for(session, "/reset starts over")
         _type(session, "What is [1,2,3] dot [4,5,6]?")
@@ -67,9 +71,7 @@ def test_ctrl_c_stops_an_answer_not_the_session(tmp_path):
     goes on and /quit leaves it with status 0."""
     model = write_synthetic_checkpoint(tmp_path / "tiny", "tiny")
     session = f"qgpu-ctrlc-{tmp_path.name}"[:40]
-    command = (f"{sys.executable} -m qgpu_min chat --model {model} --max-new-tokens 1000000; echo EXITED $?; "
-               f"sleep 30")
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "40", command], check=True)
+    _start(session, f"{sys.executable} -m qgpu_min chat --model {model} --max-new-tokens 1000000")
     try:
         _wait_for(session, "/reset starts over")
         _type(session, "Tell me a long story.")

@@ -1,5 +1,6 @@
-"""The chat mode's parts (issue #9). So far the calculator the model calls: ``evaluate(expression)``, every
-operation computed by a CUDA kernel on the GPU (calc.py). Names load on first use, like the package's."""
+"""Chat (docs/chat.md): Qwen calls the GPU in its weights. Exported here: the calculator of normal mode,
+``evaluate(expression)``, every operation a CUDA kernel launched on the GPU (calc.py); the conversation is
+session.py, the command commands.py. Names load on first use, like the package's."""
 from __future__ import annotations
 
 from ..lazy import lazy_exports

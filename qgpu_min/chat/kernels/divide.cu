@@ -19,7 +19,9 @@ __device__ int floor_mod(int a, int b) {
     return r;
 }
 
-__global__ void calc_floordiv(const int* a, const int* b, int* out, int* zero_div, int n, int step_a, int step_b) {
+// Both kernels: element i of a (or its one number) divided by element i of b (or its one number).
+__device__ void divide_each(const int* a, const int* b, int* out, int* zero_div, int n, int step_a, int step_b,
+                            bool mod) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
         int d = b[step_b ? i : 0];
@@ -27,20 +29,16 @@ __global__ void calc_floordiv(const int* a, const int* b, int* out, int* zero_di
             *zero_div = 1;
             out[i] = 0;
         } else {
-            out[i] = floor_div(a[step_a ? i : 0], d);
+            int x = a[step_a ? i : 0];
+            out[i] = mod ? floor_mod(x, d) : floor_div(x, d);
         }
     }
 }
 
+__global__ void calc_floordiv(const int* a, const int* b, int* out, int* zero_div, int n, int step_a, int step_b) {
+    divide_each(a, b, out, zero_div, n, step_a, step_b, false);
+}
+
 __global__ void calc_mod(const int* a, const int* b, int* out, int* zero_div, int n, int step_a, int step_b) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) {
-        int d = b[step_b ? i : 0];
-        if (d == 0) {
-            *zero_div = 1;
-            out[i] = 0;
-        } else {
-            out[i] = floor_mod(a[step_a ? i : 0], d);
-        }
-    }
+    divide_each(a, b, out, zero_div, n, step_a, step_b, true);
 }
