@@ -88,7 +88,9 @@ def test_assistant_calls_render_in_the_qwen35_form():
     messages = [{"role": "user", "content": "Q"},
                 {"role": "assistant", "content": "", "tool_calls": [{"name": "gpu_calc", "arguments": {"expression": "1"}}]}]
     text = render(template_text(None), messages, add_generation_prompt=False)
-    assert "<|im_start|>assistant\n" + format_call("gpu_calc", {"expression": "1"}) + "<|im_end|>" in text
+    # after the last user turn, with the empty think block the generation prompt gave it
+    assert "<|im_start|>assistant\n<think>\n\n</think>\n\n" + format_call("gpu_calc", {"expression": "1"}) + \
+        "<|im_end|>" in text
 
 
 # ---- the conversation ----------------------------------------------------------------------------------------
@@ -275,3 +277,68 @@ def test_streamed_replies_hide_tool_call_blocks_wherever_the_pieces_split():
         assert shown == "Let me see.\n\nDone <tool. a<b <\n", step
     h = _Hider()
     assert h.feed(format_call("gpu_calc", {"expression": "1"})) + h.flush() == ""    # a reply that only calls
+
+
+class TokenScriptModel:
+    """A model that emits chosen token ids (the reply scripts, tokenized, each ended by <|im_end|>): the
+    runtime path of chat (generation, stop tokens, streaming detokenization, the reuse of fed tokens) with no
+    weights. A state is the list of ids fed into it; `count` is every id fed, in all states."""
+
+    def __init__(self, real, replies: list[str]) -> None:
+        self.tokenizer, self.config, self.path = real.tokenizer, real.config, real.path
+        end = self.tokenizer.encode("<|im_end|>")
+        self.script = [self.tokenizer.encode(r) + end for r in replies]
+        self.count, self.k, self.states = 0, 0, []
+
+    def new_state(self) -> list:
+        return []
+
+    def prefill(self, state: list, ids) -> np.ndarray:
+        self.k = 0                       # a prompt: the next reply starts
+        return self._fed(state, list(ids))
+
+    def decode(self, state: list, token: int) -> np.ndarray:
+        self.k += 1
+        return self._fed(state, [token])
+
+    def _fed(self, state: list, ids: list[int]) -> np.ndarray:
+        state += ids
+        self.count += len(ids)
+        self.states.append(state)
+        logits = np.full(self.config.vocab_size, -1e9, np.float32)
+        logits[self.script[0][self.k]] = 0.0
+        if self.k == len(self.script[0]) - 1:
+            self.script.pop(0)
+        return logits
+
+
+def test_runtime_chat_model_with_scripted_tokens_calls_the_gpu(tmp_path):
+    """Token by token: the model's ids become the reply text, the tool call in it runs on the GPU in the weights,
+    the next prompt extends the fed ids (only its new tokens are prefilled) and the answer is the second reply."""
+    from qgpu_min.model.forward import load_model
+    from qgpu_min.model.generate import Sampling
+    from qgpu_min.model.synthetic import write_synthetic_checkpoint
+    real = load_model(write_synthetic_checkpoint(tmp_path / "tiny", "tiny"))
+    fake = TokenScriptModel(real, [format_call("gpu_calc", {"expression": "cumsum([3, -1, 4])"}),
+                                   "The prefix sums are [3, 2, 6]."])
+    runtime = RuntimeChatModel(fake, max_new_tokens=200, sampling=Sampling(greedy=True))
+    conv = Conversation(runtime, "normal", Gpu("circuit"))
+    answer = conv.ask("Prefix sums of 3, -1, 4?")
+    assert answer.text == "The prefix sums are [3, 2, 6]." and answer.tools[0].value == [3, 2, 6]
+    assert answer.tools[0].launches[0]["backend"] == "circuit" and answer.tools[0].launches[0]["tokens"]["generated"] > 0
+    second_prompt = real.tokenizer.encode(render(conv.template, conv.messages[:3], conv.tools))
+    reply = real.tokenizer.encode("The prefix sums are [3, 2, 6].")
+    assert fake.states[-1] == second_prompt + reply         # the sequence the answer came from, token for token
+    first_prompt = real.tokenizer.encode(render(conv.template, conv.messages[:1], conv.tools))
+    assert fake.count < len(first_prompt) + len(second_prompt)  # the second prompt's start was not fed again
+
+
+def test_library_ask_one_question(tmp_path):
+    import qgpu_min.chat as chat
+    from qgpu_min.model.synthetic import write_synthetic_checkpoint
+    path = write_synthetic_checkpoint(tmp_path / "tiny", "tiny")
+    answer = chat.ask("What is 6 * 7?", path, backend="interp",
+                      replies=[format_call("gpu_calc", {"expression": "6 * 7"}), "42."])
+    assert answer.text == "42." and answer.tools[0].value == 42 and answer.launches[0]["kernel"] == "calc_mul"
+    conv = chat.open_conversation(path, "advanced", backend="interp", replies=["no tool"])
+    assert isinstance(conv, chat.Conversation) and conv.tools[0]["function"]["name"] == "run_cuda"

@@ -1,11 +1,15 @@
-"""Chat (docs/chat.md): Qwen calls the GPU in its weights. Exported here: the calculator of normal mode,
-``evaluate(expression)``, every operation a CUDA kernel launched on the GPU (calc.py); the conversation is
-session.py, the command commands.py. Names load on first use, like the package's."""
+"""Chat (docs/chat.md): Qwen calls the GPU in its weights. Exported here: ``ask(question, model_dir)`` for one
+question, ``open_conversation(model_dir)`` for a conversation (session.py), and the calculator of normal mode,
+``evaluate(expression)``, every operation a CUDA kernel launched on the GPU (calc.py). Names load on first
+use, like the package's."""
 from __future__ import annotations
 
 from ..lazy import lazy_exports
 
 _EXPORTS = {
+    "ask": (".session", "ask"),
+    "open_conversation": (".session", "open_conversation"),
+    "Conversation": (".session", "Conversation"),
     "evaluate": (".calc", "evaluate"),
     "CalcResult": (".calc", "CalcResult"),
     "CalcError": (".errors", "CalcError"),

@@ -47,38 +47,26 @@ def chat_command(question: str | None, model_dir: str, chat_mode: str, backend: 
     \b
     With QUESTION: answer it and exit. Without: an interactive session.
     """
-    from .session import Conversation
-    from .template import template_text
-    from .tools import Gpu
+    from .session import open_conversation
 
     if as_json and not question:
         raise click.UsageError("--json answers one QUESTION: give it as an argument")
-    backend = backend or ("model" if (Path(model_dir) / "qgpu_manifest.json").exists() else "circuit")
-    model = _chat_model(model_dir, precision, max_new_tokens, script)
-    conv = Conversation(model, chat_mode, Gpu(backend, model_dir if backend == "model" else None, precision),
-                        template=template_text(model_dir), enable_thinking=think, max_rounds=rounds)
+    conv = open_conversation(model_dir, chat_mode, backend, precision, think, max_new_tokens, rounds,
+                             _script(script) if script else None)
     if question:
         _one_question(conv, question, as_json)
     else:
         _interactive(conv)
 
 
-def _chat_model(model_dir: str, precision: str, max_new_tokens: int, script: str | None):
-    from .session import RuntimeChatModel, ScriptedChatModel
-    if script:
-        try:
-            replies = json.loads(Path(script).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise QgpuError(f"{script}: not a JSON list of replies ({e})") from None
-        if not isinstance(replies, list) or not all(isinstance(r, str) for r in replies):
-            raise QgpuError(f"{script}: must be a JSON list of strings (Qwen's replies, in order)")
-        return ScriptedChatModel(replies)
-    from ..model.forward import load_model
-    from ..model.generate import Sampling, default_sampling
-    model = load_model(model_dir, mode=precision)
-    d = default_sampling(model)
-    return RuntimeChatModel(model, max_new_tokens, Sampling(temperature=d["temperature"], top_p=d["top_p"],
-                                                            top_k=int(d["top_k"])))
+def _script(path: str) -> list[str]:
+    try:
+        replies = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise QgpuError(f"{path}: not a JSON list of replies ({e})") from None
+    if not isinstance(replies, list) or not all(isinstance(r, str) for r in replies):
+        raise QgpuError(f"{path}: must be a JSON list of strings (Qwen's replies, in order)")
+    return replies
 
 
 def describe(result) -> str:
