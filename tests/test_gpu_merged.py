@@ -107,6 +107,7 @@ def test_drift_is_exactly_zero_with_the_gpu_tokens_suppressed(base, built, mode,
     lo, hi = manifest["tokens"]["gpu"]
     assert manifest["tokens"]["placeholders"] == [504, lo]     # the tokenizer's 504 ids, the embedding's 512 rows
     assert gen["suppress_tokens"] == list(range(lo, hi))       # the placeholders' rows are base rows: sampled
+    assert manifest["text_gate"]["exact"] and manifest["text_gate"]["unchecked_ids"] == []   # padding rows silent too
     text = tmp_path / "t.txt"
     text.write_text("The harbour was quiet before dawn; 3^2 + 4^2 = 5^2. Le matin, la ville se réveille.")
     r = CliRunner().invoke(main, ["drift", "--base", str(base), "--model", str(built), "--text", str(text),

@@ -120,6 +120,7 @@ class Built:
     layer_heads: list
     dims: np.ndarray | None = None   # dims[j]: the base dim the plan's residual dim j went to (placement)
     leaky_ids: np.ndarray | None = None  # text token ids the gates do not silence (max_leaks > 0 only)
+    checked_ids: np.ndarray | None = None  # the embedding rows the gates were found for and checked on
 
 
 def build_merged(circuit: Circuit, toks: CircuitTokens, out_code: OutputCode, base_dir: str | Path,
@@ -129,9 +130,10 @@ def build_merged(circuit: Circuit, toks: CircuitTokens, out_code: OutputCode, ba
     per sublayer from the base's embedding matrix, checked on every text row) and write the merged
     checkpoint with the circuit tokens appended to the vocabulary. `keep`: groups the plan holds to the end
     (default: the output code's input groups, as the demo circuits need; the GPU plans with none).
-    `text_ids`: the embedding rows text can produce (default all; padding rows past the tokenizer need no
-    gate); `max_leaks`: text tokens the gates may leave unsilenced where no exact gate exists (reported in
-    Built.leaky_ids, checked silent never)."""
+    The gates silence every embedding row when they can. Else only `text_ids`, the rows text can produce
+    (padding rows past the tokenizer need no gate; Built.checked_ids says which rows were), and up to
+    `max_leaks` of those may stay unsilenced where no exact gate exists (Built.leaky_ids, never claimed
+    silent)."""
     cfg = load_config(base_dir)
     shape = BaseShape.from_config(cfg)
     p = plan(circuit, shape, keep=[ig for _, ig in out_code.pairs] if keep is None else keep)
@@ -141,19 +143,26 @@ def build_merged(circuit: Circuit, toks: CircuitTokens, out_code: OutputCode, ba
     layers = emit(p, out_code)
     check_exact_weights(layers)
     infos = read_checkpoint_headers(base_dir, keep=lambda n: n.endswith("embed_tokens.weight"))
-    text = normalised_text_rows(MappedFiles().array(next(iter(infos.values()))), shape.eps)
-    ids = np.arange(len(text)) if text_ids is None else np.asarray(text_ids, np.int64)
-    text = text[ids]
-    perm = choose_dims(p, text)
-    text = in_plan_order(text, perm)          # gates are found and checked in the plan's numbering
-    gates = text_gates(p, text, max_leaks)
+    every = normalised_text_rows(MappedFiles().array(next(iter(infos.values()))), shape.eps)
+    ids = np.arange(len(every)) if text_ids is None else np.asarray(text_ids, np.int64)
+    perm = choose_dims(p, every[ids])
+    every = in_plan_order(every, perm)        # gates are found and checked in the plan's numbering
+    try:                                      # silent on every row if it can be: padding ids too
+        ids, text = np.arange(len(every)), every
+        gates = text_gates(p, text)
+    except CircuitError:
+        if text_ids is None and not max_leaks:
+            raise
+        ids = np.arange(len(every)) if text_ids is None else np.asarray(text_ids, np.int64)
+        text = every[ids]
+        gates = text_gates(p, text, max_leaks)
     leaks = leaked_rows(gates)
     add_mute(layers, gates, shape)
     worst = text_gate_check(layers, np.delete(text, leaks, axis=0), shape.qk_rows)
     placed = [place_layer(lw, perm) for lw in layers]
     path = write_merged(base_dir, out_dir, placed, shape, place_rows(token_rows(p, toks), perm))
     return Built(path, toks, cfg.vocab_size, len(layers), min(g.tau for g in gates.values()), worst,
-                 [lw.units for lw in layers], [lw.heads for lw in layers], perm, ids[leaks])
+                 [lw.units for lw in layers], [lw.heads for lw in layers], perm, ids[leaks], ids)
 
 
 def write_circuit_only(out_dir: str | Path, layers: list[LayerWeights], shape: BaseShape,

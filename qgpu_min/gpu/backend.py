@@ -20,7 +20,7 @@ from .layout import GpuSpec
 from .model import TooManyTokens, current_cta
 from .model import run_launch as run_model
 from .program import block_format as _block_format
-from .program import check_supported, launch_shape, prompt
+from .program import check_supported, launch_shape, prompt_parts
 from .vocab import Token, token_name
 
 SPEC = GpuSpec()
@@ -96,7 +96,8 @@ def _launch(cg, program: Program, memory: list[int], grid: tuple[int, int], bloc
             step_limit: int | None, mode: str, check: bool, trace: Callable[[str], None] | None) -> BackendRun:
     """Tokenize, let the model generate the run (checked token by token when asked), decode the result."""
     spec = SPEC
-    toks = prompt(program, memory, block, spec, grid)
+    load, rest = prompt_parts(program, memory, block, spec, grid)
+    toks = load + rest
     ctas = grid[0] * grid[1]
     limit = (step_limit or DEFAULT_STEP_LIMIT) * LANES * TOKENS_PER_LANE_STEP + ctas * spec.warps + 1
     checker = None
@@ -110,7 +111,7 @@ def _launch(cg, program: Program, memory: list[int], grid: tuple[int, int], bloc
         if checker is not None:
             checker(i, t, state)
     try:
-        run = run_model(cg, toks, mode, max_generated=limit, on_token=on_token)
+        run = run_model(cg, toks, mode, max_generated=limit, on_token=on_token, load_len=len(load))
     except TooManyTokens as e:
         raise StepLimitError(f"the launch did not halt within the step limit of {step_limit or DEFAULT_STEP_LIMIT} "
                              f"warp steps: the model was at block B{e.block}, warp {e.warp}, lane {e.lane} "
@@ -123,7 +124,7 @@ def _launch(cg, program: Program, memory: list[int], grid: tuple[int, int], bloc
                           f"(generated token {len(run.generated) - 1})")
     words = run.memory + list(memory[spec.mem_words:])
     tokens = {"prompt": len(toks), "generated": len(run.generated)}
-    extra = {"mode": mode, "layers": len(cg.layers), "checked": check,
+    extra = {"mode": mode, "layers": len(cg.layers), "checked": check, "prompt_reused": run.reused,
              "trace": {"prompt": [token_name(t) for t in toks], "generated": [token_name(t) for t in run.generated],
                        "prompt_ids": [cg.token_id(t) for t in toks],
                        "generated_ids": [cg.token_id(t) for t in run.generated]}}

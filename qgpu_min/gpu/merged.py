@@ -16,6 +16,7 @@ import dataclasses
 import hashlib
 import json
 import shutil
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -66,8 +67,9 @@ def build_gpu_checkpoint(base_dir: str | Path, out_dir: str | Path, spec: GpuSpe
     """Compile the GPU for the base's shapes, merge it in front of the base, write the manifest; returns the
     manifest. An existing out_dir is an error unless `force`; the checkpoint is written to a temporary
     folder and renamed at the end (circuit.merge), the manifest inside it before the rename. The text gates
-    cover every embedding row the base's tokenizer can produce; where no gate silences all of them, up to
-    max_leaks are left out, named in the manifest (`text_gate.leaky_token_ids`) and in the progress output."""
+    silence every embedding row when they can, else every row the base's tokenizer can produce (the others
+    listed in `text_gate.unchecked_ids`); where no gate silences all of those, up to max_leaks are left out,
+    named in the manifest (`text_gate.leaky_token_ids`) and in the progress output."""
     from .cache import circuit_key
 
     say = progress or (lambda _m: None)
@@ -102,7 +104,7 @@ def build_gpu_checkpoint(base_dir: str | Path, out_dir: str | Path, spec: GpuSpe
         "tokens": {"gpu": [built.base_vocab, built.base_vocab + len(vocab.tokens)], "base_vocab": built.base_vocab},
         "text_gate": {"min_margin": built.tau, "max_text_pre_activation": built.text_max_pre,
                       "exact": not leaky, "leaky_token_ids": leaky,
-                      "unchecked_ids": [int(i) for i in sorted(set(range(cfg.vocab_size)) - set(text_ids.tolist()))]},
+                      "unchecked_ids": [int(i) for i in sorted(set(range(cfg.vocab_size)) - set(built.checked_ids.tolist()))]},
         # where the GPU's residual dims went (circuit.placement): dims[j] is the base dim of the plan's dim j
         "residual_dims": [int(d) for d in built.dims],
     }
@@ -251,6 +253,7 @@ class MergedGpu:
     offset: int
     n_layers: int
     models: dict = field(default_factory=dict)
+    loaded: OrderedDict = field(default_factory=OrderedDict)   # programs loaded before (model.load_state)
 
     def model(self, mode: str = "fp32") -> Model:
         if mode not in self.models:

@@ -7,6 +7,8 @@ state (circuit.run.read_rows). Nothing here computes a result.
 """
 from __future__ import annotations
 
+import copy
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -39,6 +41,7 @@ class CompiledGpu:
     data: Readout              # where the data memory's rows are in the state
     built: tuple | None = None                    # (GpuCircuit, Plan) when already at hand
     models: dict = field(default_factory=dict)   # mode -> Model
+    loaded: OrderedDict = field(default_factory=OrderedDict)   # programs loaded before (load_state)
 
     def model(self, mode: str = "fp32") -> Model:
         if mode not in self.models:
@@ -122,16 +125,39 @@ class ModelRun:
     prompt: list[Token]
     generated: list[Token]
     memory: list[int]          # the data memory's words, decoded from the state
+    reused: int = 0            # prompt tokens not fed: a state saved after them was taken up (load_state)
+
+
+LOADED_KEPT = 4    # programs whose loaded state a compiled GPU keeps (a state is tens of MB)
+
+
+def load_state(cg: CompiledGpu | MergedGpu, model: Model, mode: str, load: list[int]):
+    """A new sequence that has been fed `load` (a program's load part: program.prompt_parts). The model's
+    state after it is kept (the last LOADED_KEPT programs per GPU) and a copy of it is taken up when the same
+    ids come again: the sequence goes on from exactly the state feeding them would give, so the launch that
+    follows is the same launch, token for token (tests). Returns (state, tokens taken up from a kept state)."""
+    key = (mode, tuple(load))
+    if key in cg.loaded:
+        cg.loaded.move_to_end(key)
+        return copy.deepcopy(cg.loaded[key]), len(load)
+    state = model.new_state()
+    model.prefill(state, load)
+    cg.loaded[key] = copy.deepcopy(state)
+    while len(cg.loaded) > LOADED_KEPT:
+        cg.loaded.popitem(last=False)
+    return state, 0
 
 
 def run_launch(cg: CompiledGpu | MergedGpu, prompt: list[Token], mode: str = "fp32", max_generated: int = 100000,
-               on_token=None) -> ModelRun:
+               on_token=None, load_len: int = 0) -> ModelRun:
     """Prefill the prompt, then decode: each step feeds back the argmax token (over the model's whole
     vocabulary: in a merged checkpoint, text tokens too). on_token(i, token, state) is called for every
-    generated token as it is chosen (the state is after the tokens before it)."""
+    generated token as it is chosen (the state is after the tokens before it). load_len: the prompt's first
+    tokens are a program's load part (program.prompt_parts), whose state is kept and taken up again."""
     model = cg.model(mode)
-    state = model.new_state()
-    logits = model.prefill(state, [cg.token_id(t) for t in prompt])
+    ids = [cg.token_id(t) for t in prompt]
+    state, reused = load_state(cg, model, mode, ids[:load_len]) if load_len else (model.new_state(), 0)
+    logits = model.prefill(state, ids[load_len:])
     generated: list[Token] = []
     while True:
         best = int(np.argmax(logits))
@@ -153,4 +179,4 @@ def run_launch(cg: CompiledGpu | MergedGpu, prompt: list[Token], mode: str = "fp
             raise TooManyTokens(f"the launch did not halt within {max_generated} generated tokens", last[1], last[2],
                                 last[3], current_cta(generated))
         logits = model.decode(state, cg.token_id(t))
-    return ModelRun(prompt, generated, row_words(read_rows(cg.data, state.recurrent)))
+    return ModelRun(prompt, generated, row_words(read_rows(cg.data, state.recurrent)), reused)

@@ -7,7 +7,7 @@ token that names where it goes. Nothing here executes the program.
 from __future__ import annotations
 
 from ..errors import QgpuError
-from ..machine.isa import BlockFormat, CapacityError, Program
+from ..machine.isa import BlockFormat, CapacityError, Program, bind
 from .datapath import ALL_ALU_OPCODES
 from .encode import GPU_MEM_OPS, BlockCode, encode_block
 from .layout import MEM_KINDS, MEM_VARIANTS, PAY_BITS, TERM_KINDS, GpuSpec, field_offsets, rom_rows
@@ -96,27 +96,44 @@ def launch_shape(grid: tuple[int, int], block: tuple[int, int] | int, spec: GpuS
 
 def prompt(program: Program, memory: list[int], block: tuple[int, int] | int, spec: GpuSpec,
            grid: tuple[int, int] = (1, 1)) -> list[Token]:
-    """init (one per warp of the block, the last first), clear for every block but 0, the ROM (nonzero words only), the
-    memory image (nonzero words within the GPU's memory), the block shape, the grid shape (unless 1x1), go. `block`: (x, y),
-    or a thread count for a 1-D block."""
+    """The launch's prompt: prompt_parts' load part, then its launch part."""
+    load, run = prompt_parts(program, memory, block, spec, grid)
+    return load + run
+
+
+def prompt_parts(program: Program, memory: list[int], block: tuple[int, int] | int, spec: GpuSpec,
+                 grid: tuple[int, int] = (1, 1)) -> tuple[list[Token], list[Token]]:
+    """(load, launch). load: init (one per warp of the block, the last first), clear for every block but 0 that
+    has a zero word when its parameters are 0, and the ROM's nonzero words that no argument changes; it is
+    the same for every launch of the program with as many warps (CUDA's module load: a state after it can be
+    taken up again). launch: the ROM words that hold arguments, the memory image (nonzero words within the
+    GPU's memory), the block shape, the grid shape (unless 1x1), go. `block`: (x, y), or a thread count for a
+    1-D block."""
     grid, block = launch_shape(grid, block, spec)
     # registers of warps the block does not have are never read: only its own warps need an init token
     warps = (block[0] * block[1] + spec.lanes - 1) // spec.lanes
-    toks: list[Token] = [("init", w) for w in reversed(range(warps))]
+    load: list[Token] = [("init", w) for w in reversed(range(warps))]
     image = rom_image(program, spec)
-    # init zeroes block 0 of the ROM; every other block's rows are zeroed before its nonzero words come
-    toks += [("clear", b) for b in range(1, len(program.blocks)) if not all(words[b] for words in image.values())]
+    args = [0] * (max([pi for _, _, pi, _ in program.param_slots] + [-1]) + 1)
+    unbound = rom_image(bind(program, args, 0), spec)
+    changes = rom_image(bind(program, [-1] * len(args), -1), spec)
+    # init zeroes block 0 of the ROM; every other block's rows are zeroed before its nonzero words come (a
+    # block that an argument may leave with a zero word is cleared whatever the arguments are)
+    load += [("clear", b) for b in range(1, len(program.blocks))
+             if not all(im[name][b] for im in (image, unbound, changes) for name in im)]
+    run: list[Token] = []
     for m, (name, words) in enumerate(image.items()):
         for b, w in enumerate(words):
             if w:
-                toks += _word_tokens(w) + [("rom", m, b)]
+                part = run if unbound[name][b] != changes[name][b] else load
+                part += _word_tokens(w) + [("rom", m, b)]
     for a, w in enumerate(memory):
         if w and a < spec.mem_words:
-            toks += _word_tokens(w) + [("mem", a)]
+            run += _word_tokens(w) + [("mem", a)]
         elif w:
             raise CapacityError(f"memory word {a} is in use; the GPU has {spec.mem_words} words")
     # init leaves a 1x1 grid: a single CTA's launch needs no grid token
-    return toks + [("launch", *block)] + ([("grid", *grid)] if grid != (1, 1) else []) + [("go",)]
+    return load, run + [("launch", *block)] + ([("grid", *grid)] if grid != (1, 1) else []) + [("go",)]
 
 
 def check_supported(program: Program, spec: GpuSpec) -> None:

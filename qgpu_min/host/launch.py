@@ -27,8 +27,8 @@ from ..cuda.lower_ir import LoweringError, MemoryLayout
 from ..cuda.ptx import demangle, parse_ptx, select_kernel
 from ..errors import QgpuError
 from ..machine import interp
-from ..machine.isa import (MACHINE_FORMAT, MAX_THREADS_PER_CTA, MEM_WORDS, N_PRE, BlockFormat, CapacityError,
-                           MachineError, Program, format_program)
+from ..machine.isa import (MACHINE_FORMAT, MAX_THREADS_PER_CTA, MEM_WORDS, BlockFormat, CapacityError, MachineError,
+                           Program, bind, format_program)
 # LaunchError and BACKENDS live with the backend interface (backends raise LaunchError); callers import them from here
 from .backend import BACKENDS, BackendFn, BackendRun, LaunchError, load_backend
 
@@ -234,20 +234,6 @@ def _check_value(v, lo: int, hi: int, what: str) -> int:
     return v
 
 
-def _bind(program: Program, values: list[int], dynamic_shared: int) -> Program:
-    blocks = [replace(b, pre=list(b.pre), post=list(b.post)) for b in program.blocks]
-    for bi, slot, pi, part in program.param_slots:
-        b = blocks[bi]
-        v = dynamic_shared if pi == -1 else values[pi]
-        v = v >> 32 if part else v
-        imm = (v & 0xFFFFFFFF) - (1 << 32) if v & 0x80000000 else v & 0xFFFFFFFF
-        if slot < N_PRE:
-            b.pre[slot] = replace(b.pre[slot], imm=imm)
-        else:
-            b.post[slot - N_PRE - 1] = replace(b.post[slot - N_PRE - 1], imm=imm)
-    return Program(blocks, list(program.param_slots))
-
-
 STEP_LIMIT_CAUSES = (
     "Likely causes: a spin lock that lanes of ONE warp contend for (`while (atomicCAS(lock, 0, 1) != 0) {}` run "
     "by several lanes of a warp), warp-synchronous code written for 32-lane warps, or a wait for a value no "
@@ -319,7 +305,7 @@ def build_image(kernel: CompiledKernel, args: list, block: tuple[int, int], redz
         raise CapacityError(f"no memory is left for the kernel's extern __shared__ array: arrays and thread "
                             f"frames fill all {MEM_WORDS} words")
     words = np.frombuffer(bytes(mem_bytes), dtype="<u4").astype(np.int64).tolist()
-    return LaunchImage(_bind(kernel.program, values, addr), words, arrays, addr)
+    return LaunchImage(bind(kernel.program, values, addr), words, arrays, addr)
 
 
 def _elements(p: ParamInfo, a) -> tuple[list, np.ndarray | None]:

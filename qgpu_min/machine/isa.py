@@ -100,7 +100,7 @@ writes each argument into the slots listed in ``Program.param_slots`` before enc
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -221,6 +221,22 @@ class Program:
     # value (part 0) or to the high word of its 64-bit sign/zero extension (part 1); parameter index
     # -1 is the base address of the dynamic (extern) shared memory
     param_slots: list[tuple[int, int, int, int]] = field(default_factory=list)
+
+
+def bind(program: Program, values: list[int], dynamic_shared: int) -> Program:
+    """The program with every parameter slot's imm set: values[i] for parameter i (its high word for part 1),
+    dynamic_shared for parameter -1, as a signed 32-bit immediate."""
+    blocks = [replace(b, pre=list(b.pre), post=list(b.post)) for b in program.blocks]
+    for bi, slot, pi, part in program.param_slots:
+        b = blocks[bi]
+        v = dynamic_shared if pi == -1 else values[pi]
+        v = v >> 32 if part else v
+        imm = (v & 0xFFFFFFFF) - (1 << 32) if v & 0x80000000 else v & 0xFFFFFFFF
+        if slot < N_PRE:
+            b.pre[slot] = replace(b.pre[slot], imm=imm)
+        else:
+            b.post[slot - N_PRE - 1] = replace(b.post[slot - N_PRE - 1], imm=imm)
+    return Program(blocks, list(program.param_slots))
 
 
 def _check_block(i: int, b: Block, n_blocks: int) -> None:
