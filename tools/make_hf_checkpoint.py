@@ -42,8 +42,9 @@ VISION_CONFIG = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
 F32_SUFFIXES = ("linear_attn.A_log", "linear_attn.norm.weight")  # F32 in the published checkpoint
 
 
-def _randomize(model: torch.nn.Module, seed: int) -> None:
-    """Weights at O(1)-activation scales; norms random around their neutral value."""
+def _randomize(model: torch.nn.Module, seed: int, embed_mean: float = 0.0) -> None:
+    """Weights at O(1)-activation scales; norms random around their neutral value. embed_mean: every embedding
+    entry's mean in units of its spread (trained embeddings share a common direction; a text gate needs one)."""
     gen = torch.Generator().manual_seed(seed)
 
     def normal(shape: torch.Size, std: float) -> torch.Tensor:
@@ -63,7 +64,8 @@ def _randomize(model: torch.nn.Module, seed: int) -> None:
             elif name.endswith("norm.weight"):  # 1 + w, neutral 0
                 p.copy_(normal(p.shape, 0.2))
             elif name.endswith("embed_tokens.weight"):
-                p.copy_(normal(p.shape, 0.1))  # small next to the layers, so the stream is not just the input token
+                # small next to the layers, so the stream is not just the input token
+                p.copy_(normal(p.shape, 0.1) + 0.1 * embed_mean)
             elif name.endswith("conv1d.weight"):
                 p.copy_(normal(p.shape, 0.5))
             elif p.dim() >= 2:
@@ -72,13 +74,20 @@ def _randomize(model: torch.nn.Module, seed: int) -> None:
                 p.copy_(normal(p.shape, 0.02))
 
 
-def write_hf_checkpoint(out_dir: str | Path, seed: int = 0, max_shard_size: str = "200KB") -> Path:
-    """Build, randomize and save the model in the published layout; return the directory."""
+def write_hf_checkpoint(out_dir: str | Path, seed: int = 0, max_shard_size: str = "200KB",
+                        text_config: dict | None = None, embed_mean: float = 0.0) -> Path:
+    """Build, randomize and save the model in the published layout; return the directory.
+
+    text_config: the text model's fields (default TEXT_CONFIG; e.g. Qwen3.5-2B's shapes with few layers); the
+    vision tower's output width follows its hidden_size. embed_mean: see _randomize (default 0: isotropic).
+    """
     out = Path(out_dir)
+    text = TEXT_CONFIG if text_config is None else text_config
+    vision = {**VISION_CONFIG, "out_hidden_size": text["hidden_size"]}   # the merger writes into the text stream
     torch.manual_seed(seed)
-    config = Qwen3_5Config(text_config=TEXT_CONFIG, vision_config=VISION_CONFIG, tie_word_embeddings=True)
+    config = Qwen3_5Config(text_config=text, vision_config=vision, tie_word_embeddings=True)
     model = Qwen3_5ForConditionalGeneration(config)
-    _randomize(model, seed)
+    _randomize(model, seed, embed_mean)
     keep = {n: p.detach().clone() for n, p in model.named_parameters() if n.endswith(F32_SUFFIXES)}
     model.to(torch.bfloat16)
     for name, p in model.named_parameters():
