@@ -112,3 +112,19 @@ def test_a_fallback_gate_names_the_rows_it_leaves_unsilenced():
     silent = np.delete(text, gate.leaks, axis=0)
     assert (silent @ gate.lam).max() <= -gate.tau and (text[gate.leaks] @ gate.lam).min() > -0.05
     assert gate.max_abs[10] == np.abs(silent[:, 10]).max()                  # bounds over the silenced rows only
+
+
+def test_text_pre_max_is_each_rows_highest_pre_activation_and_the_check_names_the_row():
+    from qgpu_min.circuit.compile import Coo, LayerWeights
+    from qgpu_min.circuit.margin import text_gate_check, text_pre_max
+    gate = Coo((3, 4))
+    gate.add_many(np.array([0, 1, 2]), np.array([0, 1, 2]), np.array([-100.0, 2.0, -95.0], np.float32))
+    qkv = Coo((6, 4))
+    qkv.add_many(np.array([0, 5]), np.array([3, 3]), np.array([-92.0, 500.0], np.float32))    # row 5: a value row
+    layers = [LayerWeights({"gate": gate, "qkv": qkv}, {}, 3, 1)]
+    text = np.array([[1, -50, 1, 1], [1, -46, 1, 1], [0.5, -60, 2, 0.5]], np.float32)
+    top = text_pre_max(layers, text, qk_rows=4)
+    assert top.tolist() == [-92.0, -92.0, -46.0]          # row 2: its key, -92 * 0.5, is its highest
+    with pytest.raises(CircuitError, match="text row 2 reaches pre-activation -46.0 > -90.0"):
+        text_gate_check(layers, text, qk_rows=4)
+    assert text_gate_check(layers, text[:2], qk_rows=4) == -92.0

@@ -70,13 +70,13 @@ def static_check(p: Plan, min_margin: float = 1e-4) -> MarginReport:
     return MarginReport(n, worst, worst_gate, max_active, problems)
 
 
-def text_gate_check(layers: list[LayerWeights], text_rows: np.ndarray, qk_rows: int, limit: float = -90.0) -> float:
-    """The largest pre-activation (MLP gate, query, key) any text token reaches in any circuit layer; raises
-    if it is above `limit` (then some circuit unit would write on text tokens). text_rows: normalised text
-    embedding rows f32 [V, hidden] (what every circuit sublayer sees on text tokens); qk_rows: the query and
-    key rows of in_proj_qkv (values need no gate)."""
-    worst = -np.inf
-    for i, lw in enumerate(layers):
+def text_pre_max(layers: list[LayerWeights], text_rows: np.ndarray, qk_rows: int) -> np.ndarray:
+    """Per text row, the largest pre-activation (MLP gate, query, key) it reaches in any circuit layer, f64 [V]:
+    what decides whether the circuit is silent on that token (every value <= -90). text_rows: normalised text
+    embedding rows f32 [V, hidden] (what every circuit sublayer sees on a text token while the ones before are
+    silent on it); qk_rows: the query and key rows of in_proj_qkv (values need no gate)."""
+    top = np.full(len(text_rows), -np.inf)
+    for lw in layers:
         for name in ("gate", "qkv"):
             sp = lw.mats[name].to_sparse(exact=False)
             used = np.nonzero(np.diff(sp.indptr))[0]
@@ -88,10 +88,18 @@ def text_gate_check(layers: list[LayerWeights], text_rows: np.ndarray, qk_rows: 
             rows = np.repeat(np.arange(sp.shape[0]), np.diff(sp.indptr))
             sel = np.isin(rows, used)
             dense[np.searchsorted(used, rows[sel]), sp.indices[sel]] = bf16_to_f32(sp.values[sel])
-            top = max(float((text_rows[row:row + CHUNK] @ dense.T).max())
-                      for row in range(0, len(text_rows), CHUNK))  # in blocks: [V, units] stays small
-            if top > limit:
-                raise CircuitError(f"layer {i} {name}: a text token reaches pre-activation {top:.1f} > {limit}; "
-                                   "the circuit would not be silent on text")
-            worst = max(worst, top)
-    return worst
+            for row in range(0, len(text_rows), CHUNK):   # in blocks: [V, units] stays small
+                block = (text_rows[row:row + CHUNK] @ dense.T).max(axis=1)
+                top[row:row + CHUNK] = np.maximum(top[row:row + CHUNK], block)
+    return top
+
+
+def text_gate_check(layers: list[LayerWeights], text_rows: np.ndarray, qk_rows: int, limit: float = -90.0) -> float:
+    """The largest pre-activation any text token reaches in any circuit layer (text_pre_max); raises if it is
+    above `limit` (then some circuit unit would write on text tokens)."""
+    top = text_pre_max(layers, text_rows, qk_rows)
+    if len(top) and top.max() > limit:
+        i = int(np.argmax(top))
+        raise CircuitError(f"text row {i} reaches pre-activation {top[i]:.1f} > {limit} in a circuit layer; the "
+                           "circuit would not be silent on text")
+    return float(top.max()) if len(top) else -np.inf
