@@ -21,9 +21,9 @@ import re
 from dataclasses import dataclass
 from typing import Union
 
+from ..machine.isa import INT32_MAX, INT32_MIN
 from .errors import CalcError
 
-INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
 
 
 # ---- tree --------------------------------------------------------------------------------------
@@ -114,8 +114,8 @@ def _int_value(token: Token) -> int:
 
 def check_int32(value: int, pos: int, text: str | None = None) -> int:
     """Input values must be int32: refusing them beats silently wrapping what the user wrote."""
-    if not INT_MIN <= value <= INT_MAX:
-        raise CalcError(f"{value} is outside the 32-bit integer range [{INT_MIN}, {INT_MAX}]", pos, text)
+    if not INT32_MIN <= value <= INT32_MAX:
+        raise CalcError(f"{value} is outside the 32-bit integer range [{INT32_MIN}, {INT32_MAX}]", pos, text)
     return value
 
 

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..machine.isa import MEM_WORDS
+from ..machine.isa import INT32_MAX, INT32_MIN, MEM_WORDS
 from .errors import CalcError
-from .expr import INT_MAX, INT_MIN
 from .launcher import Launcher, one_cta, per_cell, per_element
 
 Shape = tuple
@@ -149,7 +148,7 @@ def _matmul(usage: str) -> Runner:
     return run
 
 
-_IDENTITY = {"calc_sum": 0, "calc_max": INT_MIN, "calc_min": INT_MAX}
+_IDENTITY = {"calc_sum": 0, "calc_max": INT32_MIN, "calc_min": INT32_MAX}
 
 
 def _reduce(kernel: str, usage: str) -> Runner:

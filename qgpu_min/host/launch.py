@@ -27,8 +27,8 @@ from ..cuda.lower_ir import LoweringError, MemoryLayout
 from ..cuda.ptx import demangle, parse_ptx, select_kernel
 from ..errors import QgpuError
 from ..machine import interp
-from ..machine.isa import (MACHINE_FORMAT, MAX_THREADS_PER_CTA, MEM_WORDS, BlockFormat, CapacityError, MachineError,
-                           Program, bind, format_program)
+from ..machine.isa import (INT32_MIN, MACHINE_FORMAT, MAX_THREADS_PER_CTA, MEM_WORDS, BlockFormat, CapacityError,
+                           MachineError, Program, bind, format_program)
 # LaunchError and BACKENDS live with the backend interface (backends raise LaunchError); callers import them from here
 from .backend import BACKENDS, BackendFn, BackendRun, LaunchError, load_backend
 
@@ -294,7 +294,7 @@ def build_image(kernel: CompiledKernel, args: list, block: tuple[int, int], redz
         if not is_ptr:
             if p.kind == "ptr":
                 raise LaunchError(f"argument {p.name} is a pointer: pass a list of integers")
-            values.append(_check_value(a, -(1 << 31), 1 << 32, f"argument {p.name}"))
+            values.append(_check_value(a, INT32_MIN, 1 << 32, f"argument {p.name}"))
             continue
         slot = _place_array(p, a, addr + redzone, frames + redzone, mem_bytes)
         values.append(slot.base)

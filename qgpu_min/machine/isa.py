@@ -120,6 +120,7 @@ MAX_CTAS = 64
 DEFAULT_STEP_LIMIT = 200_000
 ROW_WORDS = SLOTS + 2
 MASK32 = 0xFFFFFFFF
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1     # a signed word's range
 
 ALU_OPS = ("NOP", "ADD", "SUB", "MUL", "MULHU", "AND", "OR", "XOR", "SHL", "SHR", "SRA",
            "SEQ", "SNE", "SLT", "SLE", "SLTU", "SLEU", "MIN", "MAX", "MINU", "MAXU", "SEL", "S2R")
@@ -166,7 +167,7 @@ class Instr:
             r = getattr(self, name)
             if not 0 <= r < N_REGS:
                 raise MachineError(f"{self.op}: register {name}={r} outside r0..r15")
-        if not -(1 << 31) <= self.imm <= MASK32:
+        if not INT32_MIN <= self.imm <= MASK32:
             raise MachineError(f"{self.op}: immediate {self.imm} does not fit 32 bits")
 
     @property
