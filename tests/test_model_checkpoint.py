@@ -344,3 +344,35 @@ def test_a_tied_checkpoint_that_also_stores_its_lm_head(tmp_path):
     with pytest.raises(CheckpointError, match=r"ties the LM head .* lm_head.weight \(BF16 \[.*\]\) differs from "
                                               r"model.language_model.embed_tokens.weight"):
         load_model(other)
+
+
+def _resident_kib(mm: np.memmap) -> int:
+    """Resident KiB of the mapping that holds `mm` (/proc/self/smaps)."""
+    start = mm.__array_interface__["data"][0]
+    kib, inside = 0, False
+    for line in open("/proc/self/smaps"):
+        head = line.split()
+        if "-" in head[0] and len(head) >= 5:
+            lo, hi = (int(x, 16) for x in head[0].split("-"))
+            inside = lo <= start < hi
+        elif inside and head[0] == "Rss:":
+            kib += int(head[1])
+    return kib
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/smaps"), reason="needs /proc/self/smaps")
+def test_released_pages_leave_memory_and_read_back_the_same(tmp_path):
+    """A merged checkpoint's GPU layers are dense in the file and sparse in memory: once a sparse copy is made,
+    the dense view's pages are released (MappedFiles.release) and reading the view again gives the same bits."""
+    from qgpu_min.model.safetensors_io import read_header, write_safetensors
+    data = np.arange(4 << 20, dtype=np.uint16).reshape(2048, 2048)
+    write_safetensors(tmp_path / "w.safetensors", {"w": ("BF16", data.shape, data)})
+    info = read_header(tmp_path / "w.safetensors")["w"]
+    files = MappedFiles()
+    view = files.array(info)
+    assert int(view.sum(dtype=np.int64)) == int(data.sum(dtype=np.int64))        # every page touched
+    mm = next(iter(files._maps.values()))
+    before = _resident_kib(mm)
+    files.release(view)
+    assert _resident_kib(mm) < before - 4000                                     # ~8 MiB of pages gone
+    assert np.array_equal(view, data)                                            # and read back from the file

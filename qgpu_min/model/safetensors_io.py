@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import mmap
 import struct
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -217,6 +218,20 @@ class MappedFiles:
         if mm is None:
             mm = self._maps[info.file] = np.memmap(info.file, dtype=np.uint8, mode="r")
         return mm[info.begin:info.end].view(NUMPY_DTYPES[info.dtype]).reshape(info.shape)
+
+    def release(self, a: np.ndarray) -> None:
+        """Drop the pages of a view from array() out of this process's memory once a copy (a sparse form, say)
+        replaces it: they are clean file pages, so reading the view again only reads the file again. A merged
+        checkpoint's GPU layers are dense in the file and sparse in memory: this keeps their pages from staying
+        resident."""
+        start = a.__array_interface__["data"][0]
+        for mm in self._maps.values():
+            base = mm.__array_interface__["data"][0]
+            if base <= start and start + a.nbytes <= base + mm.nbytes and hasattr(mm._mmap, "madvise"):
+                page = mmap.PAGESIZE
+                lo, hi = (start - base) // page * page, -(-(start - base + a.nbytes) // page) * page
+                mm._mmap.madvise(mmap.MADV_DONTNEED, lo, min(hi, mm.nbytes) - lo)
+                return
 
 
 # ---- writing ---------------------------------------------------------------------------------------------

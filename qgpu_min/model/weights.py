@@ -150,7 +150,10 @@ def build_weights(cfg: TextConfig, arrays: dict[str, np.ndarray], sparse: bool =
         if expected[name].kind == VECTOR:
             return _vector(a)
         if sparse and _is_mostly_zero(a):
-            return kernels.maybe_sparse(a)
+            m = kernels.maybe_sparse(a)
+            if files is not None and m is not a:
+                files.release(a)           # the dense pages are no longer needed in memory
+            return m
         return a
 
     p = cfg.tensor_prefix
