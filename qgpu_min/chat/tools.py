@@ -29,10 +29,6 @@ class Gpu:
     model: str | None = None
     mode: str = "fp32"
 
-    def options(self) -> dict:
-        extra = {"model": self.model} if self.backend == "model" else {}
-        return {"backend": self.backend, **extra, **({"mode": self.mode} if self.backend != "interp" else {})}
-
 
 @dataclass
 class ToolResult:
@@ -115,6 +111,7 @@ def _cuda(call: ToolCall, gpu: Gpu) -> ToolResult:
 
     from ..host.args import bind_args, parse_dim, parse_value
     from ..host.launch import compile_kernel, launch
+    from .launcher import backend_options
     source = _argument(call, "source", str)
     texts = _argument(call, "args", list)
     try:
@@ -128,7 +125,8 @@ def _cuda(call: ToolCall, gpu: Gpu) -> ToolResult:
         args = bind_args(values, kernel.params, kernel.name)
     except click.ClickException as e:
         raise QgpuError(e.format_message()) from None
-    r = launch(kernel, args, grid=grid, block=block, step_limit=STEP_LIMIT, **gpu.options())
+    options = backend_options(gpu.backend, gpu.model, gpu.mode)
+    r = launch(kernel, args, grid=grid, block=block, step_limit=STEP_LIMIT, backend=gpu.backend, **options)
     arrays = {name: [int(x) for x in v.reshape(-1)] for name, v in r.arrays.items()}
     info = {"kernel": r.kernel, "grid": list(r.grid), "block": list(r.block), "backend": r.backend,
             "tokens": {k: int(v) for k, v in r.tokens.items()}}
