@@ -7,7 +7,8 @@ from qgpu_min.circuit import lib
 from qgpu_min.circuit.compile import (L_VALUE, NORM_W, BaseShape, check_exact_weights, emit, plan)
 from qgpu_min.circuit.ir import Circuit, CircuitError, Unit
 from qgpu_min.circuit.margin import static_check
-from qgpu_min.circuit.merge import layer_tensors
+from qgpu_min.circuit.merge import MATRIX_NAMES, layer_tensors
+from qgpu_min.model.bf16 import f32_to_bf16
 from qgpu_min.circuit.run import text_config
 from qgpu_min.circuit.selftest import check_alu, check_library, check_memory, check_text_mute
 from qgpu_min.circuit.tokens import find_text_gate
@@ -87,7 +88,13 @@ def test_emitted_tensors_have_qwen_names_shapes_dtypes():
     got = {}
     for i, lw in enumerate(layers):
         for name, (dtype, shape, data) in layer_tensors(lw, p.shape, f"model.language_model.layers.{i}.").items():
-            assert data.shape == tuple(shape)
+            whole = data if isinstance(data, np.ndarray) else np.concatenate(list(data()))
+            assert whole.shape == tuple(shape)
+            short = {f"model.language_model.layers.{i}.{v}": k for k, v in MATRIX_NAMES.items()}.get(name)
+            if short in lw.mats:                                       # the dense bits are the sparse matrix
+                rows, cols, vals = lw.mats[short].summed()
+                assert np.count_nonzero(whole) == len(rows) and np.array_equal(
+                    whole[rows, cols], f32_to_bf16(vals.astype(np.float32)))
             assert dtype == ("F32" if name.endswith(("A_log", "linear_attn.norm.weight")) else "BF16"), name
             got[name] = tuple(shape)
     assert got == want

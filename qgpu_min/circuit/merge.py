@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,19 +43,39 @@ def _check_token_rows(token_rows: np.ndarray, shape: BaseShape) -> None:
         raise CircuitError(f"circuit token rows must be [N, {shape.hidden}], got {list(token_rows.shape)}")
 
 
+DENSE_ROWS = 512    # rows of a sparse matrix made dense at a time while it is written
+# a circuit layer's matrices (LayerWeights.mats) by their tensor names in the published checkpoint
+MATRIX_NAMES = {"gate": "mlp.gate_proj.weight", "up": "mlp.up_proj.weight", "down": "mlp.down_proj.weight",
+                "qkv": "linear_attn.in_proj_qkv.weight", "z": "linear_attn.in_proj_z.weight",
+                "b": "linear_attn.in_proj_b.weight", "a": "linear_attn.in_proj_a.weight",
+                "out": "linear_attn.out_proj.weight"}
+
+
+def _dense_blocks(coo) -> Callable[[], Iterator[np.ndarray]]:
+    """A sparse matrix as its dense bf16 bits, a block of rows at a time (write_safetensors takes such a
+    callable): the file holds the GPU's layers dense, as the format requires, but memory never holds them so
+    (41 layers at 2B shapes are 4.8 GB dense)."""
+    rows, cols, vals = coo.summed()                 # sorted by row, then column
+    bits = f32_to_bf16(vals.astype(np.float32))
+    n, m = coo.shape
+
+    def blocks() -> Iterator[np.ndarray]:
+        for r0 in range(0, n, DENSE_ROWS):
+            r1 = min(n, r0 + DENSE_ROWS)
+            lo, hi = np.searchsorted(rows, [r0, r1])
+            block = np.zeros((r1 - r0, m), np.uint16)
+            block[rows[lo:hi] - r0, cols[lo:hi]] = bits[lo:hi]
+            yield block
+    return blocks
+
+
 def layer_tensors(lw: LayerWeights, shape: BaseShape, prefix: str) -> dict:
-    """name -> (dtype, shape, array) for one circuit layer, dense, in the published dtypes."""
+    """name -> (dtype, shape, data) for one circuit layer, in the published dtypes: the matrices dense, given
+    as callables yielding row blocks (safetensors_io.TensorData), the vectors as arrays."""
     H, nh, hd = shape.hidden, shape.heads, shape.head_dim
-    names = {"gate": "mlp.gate_proj.weight", "up": "mlp.up_proj.weight", "down": "mlp.down_proj.weight",
-             "qkv": "linear_attn.in_proj_qkv.weight", "z": "linear_attn.in_proj_z.weight",
-             "b": "linear_attn.in_proj_b.weight", "a": "linear_attn.in_proj_a.weight",
-             "out": "linear_attn.out_proj.weight"}
     out = {}
     for short, coo in lw.mats.items():
-        rows, cols, vals = coo.summed()
-        dense = np.zeros(coo.shape, np.uint16)
-        dense[rows, cols] = f32_to_bf16(vals.astype(np.float32))
-        out[prefix + names[short]] = ("BF16", coo.shape, dense)
+        out[prefix + MATRIX_NAMES[short]] = ("BF16", coo.shape, _dense_blocks(coo))
     v = lw.vecs
     out[prefix + "input_layernorm.weight"] = ("BF16", (H,), _bf16(v["in_norm"]))
     out[prefix + "post_attention_layernorm.weight"] = ("BF16", (H,), _bf16(v["post_norm"]))
