@@ -33,7 +33,7 @@ from typing import Union
 import numpy as np
 
 from .errors import CalcError
-from .expr import Binary, Call, ListLiteral, Node, Number, Unary, check_int32, parse
+from .expr import Binary, ListLiteral, Node, Number, Unary, check_int32, parse
 from .launcher import Launcher
 from .ops import BINARY, FUNCTIONS, OPERATIONS, UNARY, Operation, Shape, describe_operations
 
