@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qgpu_min.circuit.compile import live_dims
+from qgpu_min.circuit.compile import free_dims
 from qgpu_min.circuit.ir import CircuitError
 from qgpu_min.circuit.placement import choose_dims, free_counts, in_plan_order, one_signed, place_layer, place_rows
 from qgpu_min.circuit.tokens import find_text_gate, text_gates
@@ -70,8 +70,7 @@ def test_placement_moves_the_most_free_dims_to_the_one_signed_ones(gpu):
 
 def _tightest_free_dims(p) -> list[int]:
     """The free dims of the sublayer that leaves the fewest (where a gate is hardest to find)."""
-    free = [sorted(set(range(p.shape.hidden)) - live_dims(p, t)) for L in range(p.n_layers) for t in (2 * L - 1, 2 * L)]
-    return min(free, key=len)
+    return min(free_dims(p).values(), key=len)
 
 
 def test_placement_makes_a_text_gate_exist_where_the_plan_order_has_none(gpu):

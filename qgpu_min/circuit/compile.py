@@ -690,6 +690,14 @@ def live_dims(p: Plan, t: int) -> set[int]:
     return out
 
 
+def free_dims(p: Plan) -> dict[tuple[str, int], list[int]]:
+    """{("attn", L) / ("mlp", L): the dims that are zero on circuit tokens at that sublayer's input}, sorted:
+    where its text gate may live."""
+    every = set(range(p.shape.hidden))
+    return {(kind, L): sorted(every - live_dims(p, t))
+            for L in range(p.n_layers) for kind, t in (("attn", 2 * L - 1), ("mlp", 2 * L))}
+
+
 def add_mute(layers: list[LayerWeights], gates: dict, shape: BaseShape) -> None:
     """Add B * T(u) to every used MLP unit (gate gates[("mlp", L)]) and every used query/key channel
     (gates[("attn", L)]), B sized per row from its own weights (see Mute). Values need no gate: with a

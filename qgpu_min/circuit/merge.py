@@ -167,8 +167,8 @@ def build_merged(circuit: Circuit, toks: CircuitTokens, out_code: OutputCode, ba
     check_exact_weights(layers)
     infos = read_checkpoint_headers(base_dir, keep=lambda n: n.endswith("embed_tokens.weight"))
     every = normalised_text_rows(MappedFiles().array(next(iter(infos.values()))), shape.eps)
-    ids = np.arange(len(every)) if text_ids is None else np.asarray(text_ids, np.int64)
-    perm = choose_dims(p, every[ids])
+    reachable = np.arange(len(every)) if text_ids is None else np.asarray(text_ids, np.int64)
+    perm = choose_dims(p, every[reachable])
     every = in_plan_order(every, perm)        # gates are found and checked in the plan's numbering
     try:                                      # silent on every row if it can be: padding ids too
         ids, text = np.arange(len(every)), every
@@ -176,8 +176,7 @@ def build_merged(circuit: Circuit, toks: CircuitTokens, out_code: OutputCode, ba
     except CircuitError:
         if text_ids is None and not max_leaks:
             raise
-        ids = np.arange(len(every)) if text_ids is None else np.asarray(text_ids, np.int64)
-        text = every[ids]
+        ids, text = reachable, every[reachable]
         gates = text_gates(p, text, max_leaks)
     add_mute(layers, gates, shape)
     # the check decides: a row some gate leaves out, or one the gates' bf16 weights do not keep at or below

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .compile import Coo, LayerWeights, Plan, live_dims
+from .compile import Coo, LayerWeights, Plan, free_dims
 from .tokens import CHUNK
 
 READS_RESIDUAL = ("gate", "up", "qkv", "z", "b", "a")      # matrices whose columns are residual dims
@@ -33,11 +33,8 @@ def one_signed(text_rows: np.ndarray) -> np.ndarray:
 def free_counts(p: Plan) -> np.ndarray:
     """Per plan dim, in how many of the circuit's sublayers it is zero on circuit tokens (free for a gate)."""
     counts = np.zeros(p.shape.hidden, np.int64)
-    for L in range(p.n_layers):
-        for t in (2 * L - 1, 2 * L):               # attention L's input, MLP L's input
-            live = np.zeros(p.shape.hidden, bool)
-            live[list(live_dims(p, t))] = True
-            counts += ~live
+    for dims in free_dims(p).values():
+        counts[dims] += 1
     return counts
 
 

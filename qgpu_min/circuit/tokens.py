@@ -22,7 +22,7 @@ import numpy as np
 
 from qgpu_min.model.bf16 import bf16_to_f32
 
-from .compile import Mute, Plan, live_dims
+from .compile import Mute, Plan, free_dims
 from .ir import CircuitError
 from .run import embedding_rows
 
@@ -125,8 +125,7 @@ def text_gates(p: Plan, text_rows: np.ndarray, max_leaks: int = 0) -> dict:
     circuit tokens at that point (dims freed earlier count too), with up to max_leaks rows left out (see
     find_text_gate; leaked_rows gives their union)."""
     hidden = p.shape.hidden
-    points = [(kind, L, t) for L in range(p.n_layers) for kind, t in (("attn", 2 * L - 1), ("mlp", 2 * L))]
-    free = {(kind, L): sorted(set(range(hidden)) - live_dims(p, t)) for kind, L, t in points}
+    free = free_dims(p)
     always = sorted(set.intersection(*(set(f) for f in free.values()))) if free else []
     if always:
         try:

@@ -33,6 +33,7 @@ from ..model.forward import Model
 from ..model.tokenizer import padding_placeholder
 from .core import GpuCircuit, build
 from .layout import GpuSpec
+from .model import data_memory_op
 from .program import GpuLaunchError
 from .vocab import Token, Vocab, token_name
 
@@ -267,7 +268,7 @@ class MergedGpu:
 
     @property
     def data_op(self) -> MemOp:
-        return next(op for op in self.plan.ops if isinstance(op, MemOp) and op.mem is self.gc.data_memory)
+        return data_memory_op(self.gc, self.plan)
 
     @property
     def data(self) -> Readout:

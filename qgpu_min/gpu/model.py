@@ -76,7 +76,7 @@ class CompiledGpu:
 
     @property
     def data_op(self) -> MemOp:
-        return next(op for op in self.plan.ops if isinstance(op, MemOp) and op.mem is self.gc.data_memory)
+        return data_memory_op(self.gc, self.plan)
 
     def token_id(self, t: Token) -> int:
         try:
@@ -101,10 +101,14 @@ def compile_gpu(spec: GpuSpec = GpuSpec(), shape: BaseShape = BaseShape()) -> Co
     return compiled_from(gc, p, layers, embedding_rows(p, vocab.table))
 
 
+def data_memory_op(gc: GpuCircuit, p: Plan) -> MemOp:
+    """The memory op of the GPU's data memory in plan p (where launches' words live)."""
+    return next(op for op in p.ops if isinstance(op, MemOp) and op.mem is gc.data_memory)
+
+
 def compiled_from(gc: GpuCircuit, p: Plan, layers: list, embed: np.ndarray) -> CompiledGpu:
     """A CompiledGpu of emitted layers, with the circuit and plan they came from."""
-    data = readout(p, next(op for op in p.ops if isinstance(op, MemOp) and op.mem is gc.data_memory))
-    return CompiledGpu(gc.spec, p.shape, layers, embed, data, (gc, p))
+    return CompiledGpu(gc.spec, p.shape, layers, embed, readout(p, data_memory_op(gc, p)), (gc, p))
 
 
 def current_cta(generated: list[Token]) -> tuple[int, int]:
