@@ -8,6 +8,7 @@ checkpoint (`RuntimeChatModel`), or a list of scripted replies (`ScriptedChatMod
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Protocol
@@ -154,7 +155,6 @@ class RuntimeChatModel:
 
     def _resume(self, ids: list[int]) -> tuple[object, list[int]]:
         """(the state to continue, the ids still to feed it) for a prompt of `ids`."""
-        import copy
         if self.state is not None and len(ids) > len(self.fed) and ids[:len(self.fed)] == self.fed:
             return self.state, ids[len(self.fed):]
         if self.saved is not None and len(ids) > len(self.saved[1]) and ids[:len(self.saved[1])] == self.saved[1]:
@@ -162,8 +162,6 @@ class RuntimeChatModel:
         return self.model.new_state(), ids
 
     def reply(self, prompt: str, on_text: Callable[[str], None] | None = None) -> str:
-        import copy
-
         from ..model.generate import generate_ids, stream_text
         ids = self.model.tokenizer.encode(prompt)
         state, new = self._resume(ids)
