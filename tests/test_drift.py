@@ -61,3 +61,30 @@ def test_a_model_against_itself_and_against_another(tmp_path):
     assert drift(a, b, ids, chunk=7)["kl"]["mean"] == pytest.approx(other["kl"]["mean"], rel=1e-6)
     with pytest.raises(ModelInputError, match="no tokens"):
         drift(a, b, [])
+
+
+def test_leak_summary_splits_the_text_at_its_first_leaky_token(tmp_path):
+    from qgpu_min.model.drift import leak_summary
+    kl = np.array([0.0, 0.0, 0.5, 0.0, 0.25])
+    s = leak_summary([5, 6, 9, 6, 9], kl, leaky=[9, 100])
+    assert s == {"ids": 2, "positions": 2, "first_position": 2, "kl_max_before_first": 0.0,
+                 "kl_mean_from_first": 0.25}
+    none = leak_summary([5, 6], kl[:2], leaky=[9])
+    assert none["positions"] == 0 and none["first_position"] is None and none["kl_mean_from_first"] == 0.0
+    # drift() reports it only when the build named leaky ids
+    a = load_model(write_synthetic_checkpoint(tmp_path / "a", "tiny", seed=0))
+    ids = list(range(1, 30))
+    assert "leaky" not in drift(a, a, ids)
+    assert drift(a, a, ids, leaky=[7])["leaky"] == {"ids": 1, "positions": 1, "first_position": 6,
+                                                  "kl_max_before_first": 0.0, "kl_mean_from_first": 0.0}
+
+
+def test_drift_command_reads_the_manifests_leaky_ids_or_refuses_them(tmp_path):
+    from qgpu_min.gpu.commands import _leaky_ids
+    from qgpu_min.model.errors import CheckpointError
+    assert _leaky_ids({"text_gate": {"exact": True, "leaky_token_ids": []}}, tmp_path) == []
+    assert _leaky_ids({"text_gate": {"leaky_token_ids": [3, 9]}}, tmp_path) == [3, 9]
+    assert _leaky_ids({}, tmp_path) == []
+    for bad in ("3", [1.5], [True], {"a": 1}):
+        with pytest.raises(CheckpointError, match="leaky_token_ids"):
+            _leaky_ids({"text_gate": {"leaky_token_ids": bad}}, tmp_path)

@@ -57,8 +57,11 @@ def position_drift(base_logits: np.ndarray, merged_logits: np.ndarray, suppresse
 
 
 def drift(base: Model, merged: Model, ids: list[int], chunk: int = CHUNK, suppressed: np.ndarray | None = None,
-          progress: Callable[[int, int], None] | None = None) -> dict:
-    """The summary over every position of `ids` (see the module docstring); progress(done, total)."""
+          progress: Callable[[int, int], None] | None = None, leaky: list[int] | None = None) -> dict:
+    """The summary over every position of `ids` (see the module docstring); progress(done, total). `leaky`: the
+    token ids a build could not make exactly silent (its manifest's text_gate.leaky_token_ids); the summary then
+    says where the text first reads one and how far the positions before it drift (exactly 0 when the other
+    rows are silent, as the build claims)."""
     if len(ids) < 1:
         raise ModelInputError("the drift text has no tokens")
     if merged.config.vocab_size < base.config.vocab_size:
@@ -83,4 +86,15 @@ def drift(base: Model, merged: Model, ids: list[int], chunk: int = CHUNK, suppre
         "suppressed_tokens": 0 if suppressed is None else len(suppressed),
         "unsuppressed_extra_mass": {"mean": float(d["extra_mass"].mean()), "max": float(d["extra_mass"].max())},
         "worst_position": int(kl.argmax()),
+        **({"leaky": leak_summary(ids, kl, leaky)} if leaky else {}),
     }
+
+
+def leak_summary(ids: list[int], kl: np.ndarray, leaky: list[int]) -> dict:
+    """Where the text reads a leaky token, and the KL before the first such position and from it on."""
+    at = np.isin(np.asarray(ids, np.int64), np.asarray(leaky, np.int64))
+    first = int(at.argmax()) if at.any() else len(ids)
+    before, after = kl[:first], kl[first:]
+    return {"ids": len(leaky), "positions": int(at.sum()), "first_position": first if at.any() else None,
+            "kl_max_before_first": float(before.max()) if len(before) else 0.0,
+            "kl_mean_from_first": float(after.mean()) if len(after) else 0.0}

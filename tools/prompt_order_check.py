@@ -1,0 +1,147 @@
+"""Does the order of a launch's prompt words matter to the GPU in the weights? This feeds each launch's prompt
+in today's order (gpu/program.prompt_parts) and in other orders of its words, each into a fresh state, and
+compares the states after the prompt (every DeltaNet and conv array, bit for bit) and the first token the
+model then chooses. Equal states mean equal launches: everything after the prompt is a function of that
+state and the tokens the model itself chooses.
+
+Orders:
+- `legacy`: the order every launch used before 2026-12-05 (gpu/program.py at db17ed9): init tokens, a clear
+  for every block with a zero word in the bound ROM, every nonzero ROM word in row-then-block order
+  (argument words in place), the memory words, the shapes, go. The slow-suite record of
+  docs/gpu_slow_suite.md ran with it; equal states carry that record over to today's order.
+- `shuffled`: the clears in a random order, then the words (three `pay` tokens and their `rom`/`mem` token)
+  in a random order but the last (the conv window of the tokens after the prompt reaches back to it).
+
+    python3 tools/prompt_order_check.py                       # every suite case at every shape that fits
+    python3 tools/prompt_order_check.py -k powmod --mode bf16
+    python3 tools/prompt_order_check.py --shards 2 --shard 0  # half of the launches (one core each)
+
+Exit status 1 when any state differs.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from qgpu_min.gpu.backend import SPEC, compiled  # noqa: E402
+from qgpu_min.gpu.program import block_format, launch_shape, prompt_parts, rom_image  # noqa: E402
+from qgpu_min.gpu.vocab import Token  # noqa: E402
+from qgpu_min.host.launch import build_image, for_format  # noqa: E402
+
+
+def legacy_prompt(program, memory: list[int], block: tuple[int, int], grid: tuple[int, int]) -> list[Token]:
+    """The prompt as gpu/program.prompt built it before the load/launch split (db17ed9)."""
+    grid, block = launch_shape(grid, block, SPEC)
+    warps = (block[0] * block[1] + SPEC.lanes - 1) // SPEC.lanes
+    toks: list[Token] = [("init", w) for w in reversed(range(warps))]
+    image = rom_image(program, SPEC)
+    toks += [("clear", b) for b in range(1, len(program.blocks)) if not all(words[b] for words in image.values())]
+    for m, (_, words) in enumerate(image.items()):
+        toks += [t for b, w in enumerate(words) if w for t in _word(w) + [("rom", m, b)]]
+    toks += [t for a, w in enumerate(memory) if w and a < SPEC.mem_words for t in _word(w) + [("mem", a)]]
+    return toks + [("launch", *block)] + ([("grid", *grid)] if grid != (1, 1) else []) + [("go",)]
+
+
+def _word(w: int) -> list[Token]:
+    mask = (1 << 12) - 1
+    return [("pay", w & mask), ("pay", (w >> 12) & mask), ("pay", (w >> 24) & mask)]
+
+
+def shuffled_prompt(prompt: list[Token], rng: random.Random) -> list[Token]:
+    """The same tokens with the clears in a random order and the words (pay pay pay rom|mem) in another; the
+    protocol's frame stays: init tokens first, then every clear, then the words, then the shape tokens (a clear
+    right after a word's pay tokens would take their bits through its conv taps)."""
+    head = [t for t in prompt if t[0] == "init"]
+    clears = [t for t in prompt if t[0] == "clear"]
+    tail = [t for t in prompt if t[0] in ("launch", "grid", "go")]
+    starts = [i for i, t in enumerate(prompt) if t[0] in ("rom", "mem")]
+    words = [prompt[i - 3:i + 1] for i in starts]
+    assert all(t[0] == "pay" for w in words for t in w[:3]), "a word is three pay tokens and its rom/mem token"
+    rng.shuffle(clears)
+    body, last = words[:-1], words[-1:]      # the last word stays: the conv window reaches it from the shapes
+    rng.shuffle(body)
+    return head + clears + [t for w in body + last for t in w] + tail
+
+
+def states_equal(a, b) -> str | None:
+    """None when every recurrent and conv array is the same bits, else where the first difference is."""
+    for name in ("recurrent", "conv"):
+        x, y = getattr(a, name), getattr(b, name)
+        if x.keys() != y.keys():
+            return f"{name}: layers {sorted(x)} vs {sorted(y)}"
+        for layer in x:
+            if x[layer].tobytes() != y[layer].tobytes():
+                return f"{name}[{layer}] differs"
+    return None
+
+
+def fed(cg, mode: str, prompt: list[Token]):
+    model = cg.model(mode)
+    state = model.new_state()
+    logits = model.prefill(state, [cg.token_id(t) for t in prompt])
+    return state, int(np.argmax(logits))
+
+
+def launches(pattern: str | None):
+    from kernel_suite import CASES
+    from test_gpu_suite import _fits_shape
+    from test_kernel_suite import _compiled, _seed
+    fmt = block_format(SPEC)
+    for case in CASES:
+        for shape in case.shapes:
+            name = f"{case.id}-{shape}"
+            if not _fits_shape(shape) or (pattern and pattern not in name):
+                continue
+            args = case.make(np.random.default_rng(_seed(case, shape)), shape)
+            kernel = for_format(_compiled(case, "zig"), fmt)
+            image = build_image(kernel, [a.copy() if isinstance(a, np.ndarray) else a for a in args], shape.block)
+            yield name, image.program, image.memory, tuple(shape.block), tuple(shape.grid)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-k", help="only launches whose id (case-gGxH-bXxY) contains this")
+    ap.add_argument("--mode", choices=["fp32", "bf16", "both"], default="both")
+    ap.add_argument("--shuffles", type=int, default=1, help="random orders per launch (default 1)")
+    ap.add_argument("--shards", type=int, default=1)
+    ap.add_argument("--shard", type=int, default=0)
+    args = ap.parse_args(argv)
+    cg = compiled(SPEC)
+    modes = ["fp32", "bf16"] if args.mode == "both" else [args.mode]
+    checked = bad = 0
+    t0 = time.time()
+    for n, (name, program, memory, block, grid) in enumerate(launches(args.k)):
+        if n % args.shards != args.shard:
+            continue
+        load, run = prompt_parts(program, memory, block, SPEC, grid)
+        today = load + run
+        orders = {"legacy": legacy_prompt(program, memory, block, grid)}
+        rng = random.Random(name)
+        orders.update({f"shuffled{i}": shuffled_prompt(today, rng) for i in range(args.shuffles)})
+        for mode in modes:
+            ref, first = fed(cg, mode, today)
+            for label, prompt in orders.items():
+                if sorted(prompt) != sorted(today) and label != "legacy":
+                    raise AssertionError(f"{name}: the {label} order lost tokens")
+                state, other_first = fed(cg, mode, prompt)
+                diff = states_equal(ref, state) or (None if first == other_first else "first token differs")
+                checked += 1
+                if diff:
+                    bad += 1
+                    print(f"DIFFERS {name} {mode} {label}: {diff}", flush=True)
+        print(f"{name}: {len(today)} prompt tokens, {len(orders)} orders x {len(modes)} modes equal so far "
+              f"({checked} compared, {bad} differ, {time.time() - t0:.0f} s)", flush=True)
+    print(f"{checked} prompt orders compared with today's, {bad} differ")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
