@@ -1,6 +1,7 @@
 """Benchmark the GPU in the weights (--backend circuit) next to the reference interpreter, in one run.
 
     python tools/bench_gpu.py [--json] [--mode fp32|bf16] [--repeat N] [--cold]
+    python tools/bench_gpu.py --model DIR [--mode fp32|bf16]      # through a merged checkpoint (qgpu-min build)
 
 First the compiled GPU: loaded from the cache (qgpu_min.gpu.cache) or compiled on first use, with the time it
 took and which it was (--cold compiles into a fresh temporary cache, so the first-use compile time is
@@ -13,6 +14,9 @@ token but the last, which is HALT and is not fed back), peak RSS so far, both ba
 their ratio, and whether the arrays agree. `tokens_per_s` is decode tokens over decode seconds of all
 launches. Times are the best of --repeat runs; nothing here asserts a time. The 1-minute load average is
 printed first: on a shared machine it says how far to trust the numbers.
+
+--model DIR runs the same launches through a merged checkpoint (backend='model': every Qwen layer after the
+GPU's, the whole vocabulary's logits) instead of the circuit-only model; "GPU" then reports loading it.
 """
 from __future__ import annotations
 
@@ -89,6 +93,19 @@ class ModelTimer:
         self.model.prefill, self.model.decode = self._prefill, self._decode
 
 
+def load_merged_gpu(model_dir: str) -> tuple[object, dict]:
+    """A merged checkpoint, loaded once and registered where backend 'model' finds it (so the launches use
+    this object, whose model the timer wraps), timed."""
+    from qgpu_min.gpu import backend
+    from qgpu_min.gpu.merged import load_merged
+
+    t0 = time.perf_counter()
+    cg = load_merged(model_dir, backend.SPEC)
+    backend._MERGED[str(Path(model_dir).resolve())] = cg
+    return cg, {"source": f"merged checkpoint {model_dir}", "seconds": round(time.perf_counter() - t0, 3),
+                "cache_dir": None, "layers": cg.n_layers, "vocab": None, "rss_mib": round(rss_mib(), 1)}
+
+
 def load_gpu() -> tuple[object, dict]:
     """The compiled GPU through the backend's own path (cache or first-use compile), timed."""
     from qgpu_min.gpu import backend
@@ -139,10 +156,14 @@ def best(fn, repeat: int):
     return result, min(times)
 
 
-def bench_launch(name: str, kernels: tuple, timer: ModelTimer, mode: str, repeat: int, cg) -> dict:
+def bench_launch(name: str, kernels: tuple, timer: ModelTimer, mode: str, repeat: int, cg,
+                 model_dir: str | None = None) -> dict:
     """A launch fed its whole prompt (the kept program loads emptied first), best of `repeat`; then the same
-    launch again, taking up the program's kept load (gpu/model.load_state), best of `repeat`."""
+    launch again, taking up the program's kept load (gpu/model.load_state), best of `repeat`. model_dir: through
+    that merged checkpoint (backend 'model') instead of the circuit-only model."""
     from qgpu_min.host.launch import launch
+
+    backend, options = ("model", {"model": model_dir}) if model_dir else ("circuit", {})
 
     machine_k, gpu_k, args, threads = kernels
     interp, interp_s = best(lambda: launch(machine_k, args, block=(threads, 1), backend="interp"), repeat)
@@ -151,14 +172,15 @@ def bench_launch(name: str, kernels: tuple, timer: ModelTimer, mode: str, repeat
         cg.loaded.clear()
         timer.reset()
         t0 = time.perf_counter()
-        res = launch(gpu_k, args, block=(threads, 1), backend="circuit", mode=mode)
+        res = launch(gpu_k, args, block=(threads, 1), backend=backend, mode=mode, **options)
         total = time.perf_counter() - t0
         runs.append((total, timer.prefill_s, timer.decode_s, timer.prefill_tokens, timer.decode_tokens, res))
     circuit_s = min(r[0] for r in runs)
     prefill_s = min(r[1] for r in runs)
     decode_s = min(r[2] for r in runs)
     _, _, _, prefill_tokens, decode_tokens, res = runs[-1]
-    again, kept_s = best(lambda: launch(gpu_k, args, block=(threads, 1), backend="circuit", mode=mode), repeat)
+    again, kept_s = best(lambda: launch(gpu_k, args, block=(threads, 1), backend=backend, mode=mode, **options),
+                         repeat)
     match = all(list(r.arrays[k]) == list(interp.arrays[k]) for r in (res, again) for k in interp.arrays)
     return {"name": name, "threads": threads, "arrays": {k: [int(x) for x in v] for k, v in res.arrays.items()},
             "match": match, "prompt_tokens": res.tokens["prompt"], "generated_tokens": res.tokens["generated"],
@@ -177,11 +199,14 @@ def main() -> int:
     ap.add_argument("--mode", choices=("fp32", "bf16"), default="fp32")
     ap.add_argument("--repeat", type=int, default=1, help="runs per launch; times are the best (default 1)")
     ap.add_argument("--cold", action="store_true", help="compile into a fresh temporary cache (first-use time)")
+    ap.add_argument("--model", metavar="DIR", help="launch through this merged checkpoint (qgpu-min build)")
     a = ap.parse_args()
+    if a.cold and a.model:
+        ap.error("--cold compiles the circuit-only GPU; a merged checkpoint is built by `qgpu-min build`")
     if a.repeat < 1:
         ap.error("--repeat must be at least 1")
     load = os.getloadavg()[0]
-    out: dict = {"mode": a.mode, "repeat": a.repeat, "load_avg_1m": round(load, 2)}
+    out: dict = {"mode": a.mode, "repeat": a.repeat, "load_avg_1m": round(load, 2), "model": a.model}
     if not a.json:
         print(f"load average (1 min): {load:.2f}; mode {a.mode}; best of {a.repeat}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -190,7 +215,7 @@ def main() -> int:
     if cold is not None:
         os.environ["QGPU_CACHE_DIR"] = cold.name     # an empty cache: the GPU is compiled, then removed
     try:
-        cg, gpu = load_gpu()
+        cg, gpu = load_merged_gpu(a.model) if a.model else load_gpu()
     finally:
         if cold is not None:
             cold.cleanup()
@@ -200,12 +225,12 @@ def main() -> int:
     gpu["rss_mib_after_model"] = round(rss_mib(), 1)
     out["gpu"] = gpu
     if not a.json:
-        print(f"GPU: {gpu['layers']} layers, {gpu['vocab']} tokens; {gpu['source']} in {gpu['seconds']:.2f} s "
-              f"({gpu['cache_dir']}); runtime model built in {gpu['model_build_s']:.2f} s; peak RSS "
+        print(f"GPU: {gpu['layers']} layers, {gpu['vocab'] or 'all the checkpoint'}'s tokens; {gpu['source']} in "
+              f"{gpu['seconds']:.2f} s ({gpu['cache_dir']}); runtime model built in {gpu['model_build_s']:.2f} s; peak RSS "
               f"{gpu['rss_mib_after_model']:.0f} MiB")
     timer = ModelTimer(model)
     try:
-        launches = [bench_launch(name, k, timer, a.mode, a.repeat, cg) for name, k in kernels.items()]
+        launches = [bench_launch(name, k, timer, a.mode, a.repeat, cg, a.model) for name, k in kernels.items()]
     finally:
         timer.restore()
     out["launches"] = launches
