@@ -289,7 +289,7 @@ def read_manifest(model_dir: str | Path) -> dict:
         raise CheckpointError(f"{model_dir}: no {MANIFEST}: not a checkpoint built by `qgpu-min build`")
     try:
         m = read_json(path)
-        if m["format"] != MANIFEST_FORMAT:
+        if type(m["format"]) is not int or m["format"] != MANIFEST_FORMAT:
             raise ValueError(f"format {m['format']!r}, this version reads {MANIFEST_FORMAT}")
         return m
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -305,18 +305,30 @@ def load_merged(model_dir: str | Path, spec: GpuSpec = GpuSpec()) -> MergedGpu:
     cfg = load_config(model_dir)
     shape = BaseShape.from_config(cfg)
     gc = build(spec)
-    key = circuit_key(gc, shape)
-    try:
-        built_key, (lo, hi), (first, last) = (manifest["gpu"]["circuit_key"], manifest["tokens"]["gpu"],
-                                              manifest["layers"]["gpu"])
-    except (KeyError, TypeError, ValueError) as e:
-        raise CheckpointError(f"{model_dir / MANIFEST}: not a valid build manifest ({type(e).__name__}: {e})") from None
-    if built_key != key:
-        raise GpuLaunchError(f"{model_dir} holds a GPU built by another version (circuit key {str(built_key)[:12]}..., "
-                             f"this version's is {key[:12]}...): rebuild it with `qgpu-min build`")
-    vocab = Vocab(gc)
-    if hi - lo != len(vocab.tokens) or hi != cfg.vocab_size or first != 0:
-        raise CheckpointError(f"{model_dir / MANIFEST}: token range {lo}..{hi} or layers {first}..{last} do not "
-                              f"match the checkpoint (vocab_size {cfg.vocab_size}, {len(vocab.tokens)} GPU tokens)")
     p = plan(gc.circuit, shape)   # as the build planned it (and compile_gpu does)
+    vocab = Vocab(gc)
+    lo, last = manifest_ranges(manifest, model_dir, circuit_key(gc, shape), len(vocab.tokens), cfg.vocab_size,
+                               p.n_layers)
     return MergedGpu(gc, vocab, p, model_dir, lo, last)
+
+
+def manifest_ranges(manifest: dict, model_dir: Path, key: str, gpu_tokens: int, vocab_size: int,
+                    gpu_layers: int) -> tuple[int, int]:
+    """(first GPU token id, GPU layer count) from a manifest, after checking that it describes this version's GPU
+    (`key`, `gpu_tokens`, `gpu_layers`) at the end of a vocabulary of `vocab_size` ids, in front of the base."""
+    where = model_dir / MANIFEST
+    try:
+        built_key = manifest["gpu"]["circuit_key"]
+        (lo, hi), (first, last) = manifest["tokens"]["gpu"], manifest["layers"]["gpu"]
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{where}: not a valid build manifest ({type(e).__name__}: {e})") from None
+    if not isinstance(built_key, str) or not all(type(v) is int for v in (lo, hi, first, last)):
+        raise CheckpointError(f"{where}: not a valid build manifest (the circuit key must be a string and the GPU's "
+                              f"token and layer ranges pairs of integers)")
+    if built_key != key:
+        raise GpuLaunchError(f"{model_dir} holds a GPU built by another version (circuit key {built_key[:12]}..., "
+                             f"this version's is {key[:12]}...): rebuild it with `qgpu-min build`")
+    if (lo, hi) != (vocab_size - gpu_tokens, vocab_size) or (first, last) != (0, gpu_layers):
+        raise CheckpointError(f"{where}: token range {lo}..{hi} or layers {first}..{last} do not match the "
+                              f"checkpoint (vocab_size {vocab_size}, {gpu_tokens} GPU tokens, {gpu_layers} GPU layers)")
+    return lo, last
