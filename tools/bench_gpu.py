@@ -200,7 +200,11 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1, help="runs per launch; times are the best (default 1)")
     ap.add_argument("--cold", action="store_true", help="compile into a fresh temporary cache (first-use time)")
     ap.add_argument("--model", metavar="DIR", help="launch through this merged checkpoint (qgpu-min build)")
+    ap.add_argument("--only", metavar="NAMES", help=f"comma-separated launches to run (of {', '.join(KERNELS)})")
     a = ap.parse_args()
+    only = a.only.split(",") if a.only else list(KERNELS)
+    if not only or set(only) - set(KERNELS):
+        ap.error(f"--only takes names of {', '.join(KERNELS)}")
     if a.cold and a.model:
         ap.error("--cold compiles the circuit-only GPU; a merged checkpoint is built by `qgpu-min build`")
     if a.repeat < 1:
@@ -210,7 +214,7 @@ def main() -> int:
     if not a.json:
         print(f"load average (1 min): {load:.2f}; mode {a.mode}; best of {a.repeat}")
     with tempfile.TemporaryDirectory() as tmp:
-        kernels = compile_kernels(Path(tmp))
+        kernels = {name: k for name, k in compile_kernels(Path(tmp)).items() if name in only}
     cold = tempfile.TemporaryDirectory(prefix="qgpu-bench-cache-") if a.cold else None
     if cold is not None:
         os.environ["QGPU_CACHE_DIR"] = cold.name     # an empty cache: the GPU is compiled, then removed
