@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from qgpu_min.gpu.backend import SPEC, compiled  # noqa: E402
-from qgpu_min.gpu.program import block_format, launch_shape, prompt_parts, rom_image  # noqa: E402
+from qgpu_min.gpu.program import _word_tokens, block_format, launch_shape, prompt_parts, rom_image  # noqa: E402
 from qgpu_min.gpu.vocab import Token  # noqa: E402
 from qgpu_min.host.launch import build_image, for_format  # noqa: E402
 
@@ -46,14 +46,9 @@ def legacy_prompt(program, memory: list[int], block: tuple[int, int], grid: tupl
     image = rom_image(program, SPEC)
     toks += [("clear", b) for b in range(1, len(program.blocks)) if not all(words[b] for words in image.values())]
     for m, (_, words) in enumerate(image.items()):
-        toks += [t for b, w in enumerate(words) if w for t in _word(w) + [("rom", m, b)]]
-    toks += [t for a, w in enumerate(memory) if w and a < SPEC.mem_words for t in _word(w) + [("mem", a)]]
+        toks += [t for b, w in enumerate(words) if w for t in _word_tokens(w) + [("rom", m, b)]]
+    toks += [t for a, w in enumerate(memory) if w and a < SPEC.mem_words for t in _word_tokens(w) + [("mem", a)]]
     return toks + [("launch", *block)] + ([("grid", *grid)] if grid != (1, 1) else []) + [("go",)]
-
-
-def _word(w: int) -> list[Token]:
-    mask = (1 << 12) - 1
-    return [("pay", w & mask), ("pay", (w >> 12) & mask), ("pay", (w >> 24) & mask)]
 
 
 def shuffled_prompt(prompt: list[Token], rng: random.Random) -> list[Token]:
@@ -120,15 +115,17 @@ def launches(pattern: str | None):
     from test_gpu_suite import _fits_shape
     from test_kernel_suite import _compiled, _seed
     fmt = block_format(SPEC)
-    for case in CASES:
-        for shape in case.shapes:
-            name = f"{case.id}-{shape}"
-            if not _fits_shape(shape) or (pattern and pattern not in name):
-                continue
-            args = case.make(np.random.default_rng(_seed(case, shape)), shape)
-            kernel = for_format(_compiled(case, "zig"), fmt)
-            image = build_image(kernel, [a.copy() if isinstance(a, np.ndarray) else a for a in args], shape.block)
-            yield name, image.program, image.memory, tuple(shape.block), tuple(shape.grid)
+    # every case's first shape, then every case's second...: a run stopped early has covered every case
+    pairs = sorted(((i, case, shape) for case in CASES
+                    for i, shape in enumerate(s for s in case.shapes if _fits_shape(s))), key=lambda x: x[0])
+    for _, case, shape in pairs:
+        name = f"{case.id}-{shape}"
+        if pattern and pattern not in name:
+            continue
+        args = case.make(np.random.default_rng(_seed(case, shape)), shape)
+        kernel = for_format(_compiled(case, "zig"), fmt)
+        image = build_image(kernel, [a.copy() if isinstance(a, np.ndarray) else a for a in args], shape.block)
+        yield name, image.program, image.memory, tuple(shape.block), tuple(shape.grid)
 
 
 def main(argv: list[str] | None = None) -> int:
