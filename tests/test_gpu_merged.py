@@ -184,3 +184,26 @@ def test_chat_launches_run_on_the_merged_models_own_gpu(built, tmp_path):
 def test_build_help_states_the_librarys_leak_default():
     r = CliRunner().invoke(main, ["build", "--help"])
     assert f"[default: {merged.DEFAULT_MAX_LEAKS}]" in " ".join(r.output.split())
+
+
+def test_each_build_process_writes_its_own_folder_and_removes_dead_ones_leftovers(tmp_path):
+    """Two builds of one output at once never share a folder; what interrupted builds left is removed, a
+    running build's folder is not."""
+    import os
+    import subprocess
+    import sys
+
+    from qgpu_min.gpu.merged import build_folder
+    out = tmp_path / "merged"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(gone.stdout)
+    leftovers = [tmp_path / "merged.build", tmp_path / f"merged.build-{dead}"]
+    running = tmp_path / f"merged.build-{os.getppid()}"
+    other = tmp_path / "merged2.build-1"          # another output's
+    for d in leftovers + [running, other]:
+        d.mkdir()
+        (d / "part").write_text("x")
+    folder = build_folder(out)
+    assert folder == tmp_path / f"merged.build-{os.getpid()}" and not folder.exists()
+    assert not any(d.exists() for d in leftovers)
+    assert running.exists() and other.exists()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -83,9 +84,7 @@ def build_gpu_checkpoint(base_dir: str | Path, out_dir: str | Path, spec: GpuSpe
     gc = build(spec)
     vocab = Vocab(gc)
     key = circuit_key(gc, shape)
-    tmp = out.with_name(out.name + ".build")
-    if tmp.exists():       # what an interrupted build left: never taken for a checkpoint
-        shutil.rmtree(tmp)
+    tmp = build_folder(out)
     check_disk(base, out, plan(gc.circuit, shape).n_layers, len(vocab.tokens), shape)
     say(f"compiling it for {base} and writing the merged checkpoint (the GPU's layers are dense in the file) ...")
     text_ids = text_token_ids(base, cfg.vocab_size)
@@ -115,10 +114,43 @@ def build_gpu_checkpoint(base_dir: str | Path, out_dir: str | Path, spec: GpuSpe
     manifest["tokens"]["placeholders"] = [placeholders.start, placeholders.stop]
     write_text_atomic(built.path / MANIFEST, json.dumps(manifest, indent=2))
     if out.exists():
+        if not force:         # absent when this build began: another one wrote it meanwhile
+            shutil.rmtree(built.path, ignore_errors=True)
+            raise CheckpointError(f"{out} was written by another build while this one ran; give --force to "
+                                  f"replace it, or another --out")
         shutil.rmtree(out)
-    built.path.rename(out)
+    try:
+        built.path.rename(out)
+    except OSError as e:      # another build wrote `out` between the two lines above
+        shutil.rmtree(built.path, ignore_errors=True)
+        raise CheckpointError(f"{out} was written by another build while this one finished ({e}); nothing of "
+                              f"this build was kept") from None
     say(f"wrote {out}")
     return manifest
+
+
+def build_folder(out: Path) -> Path:
+    """The folder a build of `out` writes before renaming it to `out`: one per process (`<out>.build-<pid>`),
+    so two builds of one output at once never write into each other's files. Leftovers of builds whose
+    process is gone (interrupted) are removed; never taken for a checkpoint."""
+    for old in out.parent.glob(f"{out.name}.build*"):
+        pid = old.name[len(out.name) + len(".build-"):]
+        if old.name == f"{out.name}.build" or (pid.isdigit() and not _process_alive(int(pid))):
+            shutil.rmtree(old, ignore_errors=True)
+    tmp = out.with_name(f"{out.name}.build-{os.getpid()}")
+    if tmp.exists():      # this very process was interrupted in an earlier build of `out` (library use)
+        shutil.rmtree(tmp)
+    return tmp
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # someone else's process: alive
+        return True
+    return True
 
 
 TEXT_BYTES_PER_TOKEN = 360   # measured: 354 (tokenizer.json, tokenizer_config.json, generation_config.json)
