@@ -105,7 +105,7 @@ def test_a_changed_memory_row_in_the_state_changes_the_result(kernels, monkeypat
 
     real = model.run_launch
 
-    def tampering(cg, prompt, mode="fp32", max_generated=100000, on_token=None, load_len=0):
+    def tampering(cg, prompt, mode="fp32", max_generated=100000, on_token=None, load_len=0, full_vocab=False):
         layer, head = memory_heads(cg.plan)[id(cg.data_op)]
 
         def hook(i, t, state):
@@ -114,7 +114,7 @@ def test_a_changed_memory_row_in_the_state_changes_the_result(kernels, monkeypat
                 S[head, 0] = S[head, 3]
             if on_token is not None:
                 on_token(i, t, state)
-        return real(cg, prompt, mode, max_generated, hook, load_len)
+        return real(cg, prompt, mode, max_generated, hook, load_len, full_vocab)
     monkeypatch.setattr(backend, "run_model", tampering)
     args, block = ARGS["vadd"]
     r = launch(kernels["vadd"], args, block=block, backend="circuit")
@@ -133,12 +133,12 @@ def test_memory_rows_decode_the_state_and_refuse_a_broken_code(kernels, monkeypa
 
     real, seen = model.run_launch, {}
 
-    def keep_state(cg, prompt, mode="fp32", max_generated=100000, on_token=None, load_len=0):
+    def keep_state(cg, prompt, mode="fp32", max_generated=100000, on_token=None, load_len=0, full_vocab=False):
         def hook(i, t, state):
             seen.update(cg=cg, state=state)
             if on_token is not None:
                 on_token(i, t, state)
-        return real(cg, prompt, mode, max_generated, hook, load_len)
+        return real(cg, prompt, mode, max_generated, hook, load_len, full_vocab)
     monkeypatch.setattr(backend, "run_model", keep_state)
     args, block = ARGS["vadd"]
     launch(kernels["vadd"], args, block=block, backend="circuit")

@@ -100,6 +100,30 @@ def test_dot_through_the_merged_model_exact_under_check(built, mode):
 
 
 @pytest.mark.slow
+def test_a_launch_reads_the_gpu_rows_of_the_lm_head_unless_checked(built, monkeypatch):
+    """Without --check the argmax is over the GPU's rows only (a launch is a sequence of GPU tokens); the
+    same tokens and result as over the whole vocabulary, which --check uses."""
+    from qgpu_min.host.launch import compile_kernel, launch
+    from qgpu_min.model.forward import Model
+    subsets = []
+    real = Model.decode
+
+    def decode(self, state, token_id, token_subset=None):
+        subsets.append(None if token_subset is None else len(token_subset))
+        return real(self, state, token_id, token_subset)
+    monkeypatch.setattr(Model, "decode", decode)
+    k = compile_kernel(ROOT / "examples" / "dot.cu")
+    runs = {}
+    for check in (False, True):
+        subsets.clear()
+        r = launch(k, [[1, 2, 3], [4, 5, 6], [0], 3], block=(3, 1), backend="model", model=str(built), check=check)
+        runs[check] = (r.arrays["out"].tolist(), r.extra["trace"]["generated_ids"], set(subsets))
+    gpu_tokens = json.loads((built / merged.MANIFEST).read_text())["tokens"]["gpu"]
+    assert runs[False][2] == {gpu_tokens[1] - gpu_tokens[0]} and runs[True][2] == {None}
+    assert runs[False][:2] == runs[True][:2] and runs[False][0] == [32]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["fp32", "bf16"])
 def test_drift_is_exactly_zero_with_the_gpu_tokens_suppressed(base, built, mode, tmp_path):
     gen = json.loads((built / "generation_config.json").read_text())

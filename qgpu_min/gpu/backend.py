@@ -111,7 +111,9 @@ def _launch(cg, program: Program, memory: list[int], grid: tuple[int, int], bloc
         if checker is not None:
             checker(i, t, state)
     try:
-        run = run_model(cg, toks, mode, max_generated=limit, on_token=on_token, load_len=len(load))
+        # --check also checks that the model's argmax over its whole vocabulary is the GPU token the protocol
+        # prescribes (without it a merged checkpoint's launch reads only the GPU's rows of the LM head)
+        run = run_model(cg, toks, mode, max_generated=limit, on_token=on_token, load_len=len(load), full_vocab=check)
     except TooManyTokens as e:
         raise StepLimitError(f"the launch did not halt within the step limit of {step_limit or DEFAULT_STEP_LIMIT} "
                              f"warp steps: the model was at block B{e.block}, warp {e.warp}, lane {e.lane} "

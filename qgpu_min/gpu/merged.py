@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from ..circuit.compile import BaseShape, Plan, plan
 from ..circuit.ir import MemOp
 from ..circuit.merge import build_merged
@@ -159,7 +161,6 @@ TEXT_BYTES_PER_TOKEN = 360   # measured: 354 (tokenizer.json, tokenizer_config.j
 def text_token_ids(base: Path, vocab_size: int):
     """The embedding rows text can produce: the ids the base's tokenizer knows (all rows without one). Qwen
     pads its embedding past the tokenizer; those rows need no gate, and the manifest lists them."""
-    import numpy as np
     from ..model.tokenizer import load_tokenizer
     tok = load_tokenizer(base)
     return np.arange(vocab_size) if tok is None else np.flatnonzero(tok.known_ids(vocab_size))
@@ -293,6 +294,11 @@ class MergedGpu:
             from ..model.forward import load_model
             self.models[mode] = load_model(self.path, mode)
         return self.models[mode]
+
+    @property
+    def launch_ids(self) -> np.ndarray:
+        """The GPU's token ids: during a launch the logits are needed only for these (model.run_launch)."""
+        return np.arange(self.offset, self.offset + len(self.vocab.tokens), dtype=np.int64)
 
     @property
     def layers(self) -> range:

@@ -153,18 +153,22 @@ def load_state(cg: CompiledGpu | MergedGpu, model: Model, mode: str, load: list[
 
 
 def run_launch(cg: CompiledGpu | MergedGpu, prompt: list[Token], mode: str = "fp32", max_generated: int = 100000,
-               on_token=None, load_len: int = 0) -> ModelRun:
-    """Prefill the prompt, then decode: each step feeds back the argmax token (over the model's whole
-    vocabulary: in a merged checkpoint, text tokens too). on_token(i, token, state) is called for every
-    generated token as it is chosen (the state is after the tokens before it). load_len: the prompt's first
-    tokens are a program's load part (program.prompt_parts), whose state is kept and taken up again."""
+               on_token=None, load_len: int = 0, full_vocab: bool = False) -> ModelRun:
+    """Prefill the prompt, then decode: each step feeds back the argmax token. on_token(i, token, state) is
+    called for every generated token as it is chosen (the state is after the tokens before it). load_len: the
+    prompt's first tokens are a program's load part (program.prompt_parts), whose state is kept and taken up
+    again. In a merged checkpoint a launch is a sequence of GPU tokens, so the argmax is over the GPU's rows
+    of the LM head (a ninth of Qwen's vocabulary: the head's cost drops by as much) unless `full_vocab`,
+    where it is over the whole vocabulary and a text token that wins is an error (--check asks for this);
+    the circuit-only model has only GPU tokens."""
     model = cg.model(mode)
     ids = [cg.token_id(t) for t in prompt]
+    subset = None if full_vocab else getattr(cg, "launch_ids", None)
     state, reused = load_state(cg, model, mode, ids[:load_len]) if load_len else (model.new_state(), 0)
-    logits = model.prefill(state, ids[load_len:])
+    logits = model.prefill(state, ids[load_len:], token_subset=subset)
     generated: list[Token] = []
     while True:
-        best = int(np.argmax(logits))
+        best = int(np.argmax(logits)) if subset is None else int(subset[np.argmax(logits)])
         t = cg.token_at(best)
         if t is None:
             raise GpuLaunchError(f"generated token {len(generated)} is the text token id {best}, which the protocol "
@@ -182,5 +186,5 @@ def run_launch(cg: CompiledGpu | MergedGpu, prompt: list[Token], mode: str = "fp
             last = next((x for x in reversed(generated) if x[0] == "exec"), ("exec", 0, 0, 0, 0))
             raise TooManyTokens(f"the launch did not halt within {max_generated} generated tokens", last[1], last[2],
                                 last[3], current_cta(generated))
-        logits = model.decode(state, cg.token_id(t))
+        logits = model.decode(state, cg.token_id(t), token_subset=subset)
     return ModelRun(prompt, generated, row_words(read_rows(cg.data, state.recurrent)), reused)
