@@ -117,3 +117,21 @@ def test_one_call_decode_follows_copied_and_replaced_state_arrays(gpu, launch_id
     model.decode(state, fed[2])
     assert np.array_equal(_bits(old), _bits(snapshot))  # the replaced array is left alone
     assert np.array_equal(_bits(twin.recurrent[i]), _bits(state.recurrent[i]))  # the new one is written
+
+
+@pytest.mark.parametrize("mode", ["fp32", "bf16"])
+def test_a_token_subsets_sparse_head_rows_are_multiplied_chunked_with_the_same_bits(gpu, launch_ids, mode):
+    """Logits over a subset of rows (a merged launch's GPU rows) come from the chunked form of those rows
+    when they are mostly zero: the same bits as the dense rows' product and as the full head's columns."""
+    prompt, fed = launch_ids
+    model = copy.copy(gpu.model(mode))
+    model._subset_cache = None
+    state = model.new_state()
+    model.prefill(state, prompt)
+    subset = np.arange(0, len(gpu.tokens), 3)
+    chunked = model.decode(copy.deepcopy(state), fed[0], token_subset=subset)
+    assert model._subset_cache[2] is not None          # the chunked rows were used
+    model._subset_cache[2] = None                      # now the dense rows
+    dense = model.decode(copy.deepcopy(state), fed[0], token_subset=subset)
+    full = model.decode(copy.deepcopy(state), fed[0])
+    assert np.array_equal(_bits(chunked), _bits(dense)) and np.array_equal(_bits(chunked), _bits(full[subset]))

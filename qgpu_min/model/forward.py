@@ -51,6 +51,7 @@ F32_VECTORS = ("A_log", "gdn_norm")  # stored F32 in the published checkpoint
 # An LM head with at most this fraction of nonzero SIMD chunks is multiplied chunk-sparse (Model.chunked_head):
 # a circuit model's embedding has ~16% (20 of 128 chunks of 16 per row); a trained one ~100%.
 HEAD_CHUNK_DENSITY = 0.5
+_UNSET = object()
 
 
 def check_mode(mode: str) -> None:
@@ -98,7 +99,7 @@ class Model:
         rot = config.rotary_dim
         self._inv_freq = (np.float32(1) / np.power(np.float32(config.rope_theta),
                                                    np.arange(0, rot, 2, dtype=np.float32) / np.float32(rot)))
-        self._subset_cache: tuple[bytes, np.ndarray] | None = None
+        self._subset_cache: list | None = None     # [ids' bytes, their head rows, chunked rows or None]
         self._head_chunks: dict[int, kernels.ChunkedBF16 | None] = {}  # SIMD lanes -> chunked LM head
         self.silent_mixers = frozenset(i for i, kind in enumerate(config.layer_types)
                                        if kind == "linear_attention" and self._silent_deltanet(weights.layers[i]))
@@ -204,7 +205,7 @@ class Model:
 
     def _apply_head(self, w, hidden: np.ndarray) -> np.ndarray:
         if hidden.ndim == 1:
-            chunked = self.chunked_head() if w is self.weights.lm_head else None
+            chunked = self.chunked_head() if w is self.weights.lm_head else self._chunked_subset(w)
             if chunked is not None:  # the dense product's bits, without its all-zero chunks
                 return self.r(kernels.chunked_matvec(chunked, hidden))
             return self.r(kernels.matvec_bf16(w, hidden))
@@ -223,6 +224,19 @@ class Model:
             raise ModelInputError(f"token id {int(bad[0])} is outside the vocabulary [0, {self.config.vocab_size})")
         return ids.astype(np.int64)
 
+    def _chunked_subset(self, rows: np.ndarray) -> kernels.ChunkedBF16 | None:
+        """The chunked form of the current token subset's head rows (built once per subset), when at most
+        HEAD_CHUNK_DENSITY of their chunks hold a nonzero (a merged checkpoint's GPU rows), else None."""
+        cache = self._subset_cache
+        if cache is None or cache[1] is not rows:
+            return None
+        if cache[2] is _UNSET:
+            lanes = kernels.isa_lanes()
+            chunked = kernels.ChunkedBF16.from_dense(rows, lanes)
+            dense = chunked.chunks > HEAD_CHUNK_DENSITY * rows.shape[0] * -(-rows.shape[1] // lanes)
+            cache[2] = None if dense else chunked
+        return cache[2]
+
     def _head(self, token_subset) -> np.ndarray:
         """The LM-head rows to multiply: all of them, or those of token_subset (checked)."""
         if token_subset is None:
@@ -231,7 +245,7 @@ class Model:
         key = ids.tobytes()
         if self._subset_cache is None or self._subset_cache[0] != key:
             # gathered once and reused: a launch asks for the same subset at every step
-            self._subset_cache = (key, np.ascontiguousarray(self.weights.lm_head[ids]))
+            self._subset_cache = [key, np.ascontiguousarray(self.weights.lm_head[ids]), _UNSET]
         return self._subset_cache[1]
 
     # ---- layers ----------------------------------------------------------------------------------------------
