@@ -70,6 +70,12 @@ def test_ctrl_c_stops_an_answer_not_the_session(tmp_path):
     """Qwen's own generation (a synthetic checkpoint: endless random text) is stopped by Ctrl-C; the session
     goes on and /quit leaves it with status 0."""
     model = write_synthetic_checkpoint(tmp_path / "tiny", "tiny")
+    # random weights sample an end-of-turn token now and then, which ended the answer before Ctrl-C came (a
+    # flaky failure under load): suppressed, the answer goes on until it is stopped
+    gen_path = model / "generation_config.json"
+    gen = json.loads(gen_path.read_text())
+    gen["suppress_tokens"] = sorted(set(gen["eos_token_id"]))
+    gen_path.write_text(json.dumps(gen))
     session = f"qgpu-ctrlc-{tmp_path.name}"[:40]
     _start(session, f"{sys.executable} -m qgpu_min chat --model {model} --max-new-tokens 1000000")
     try:
