@@ -15,6 +15,7 @@ Orders:
     python3 tools/prompt_order_check.py                       # every suite case at every shape that fits
     python3 tools/prompt_order_check.py -k powmod --mode bf16
     python3 tools/prompt_order_check.py --shards 2 --shard 0  # half of the launches (one core each)
+    python3 tools/prompt_order_check.py --shuffles 0 --skip docs/gpu_prompt_order_done.txt   # the rest
 
 Exit status 1 when any state differs.
 """
@@ -136,14 +137,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--shard", type=int, default=0)
     ap.add_argument("--skip", type=Path, action="append", default=[],
-                    help="a log of an earlier run: launches it reports with no difference are not run again")
+                    help="a log of an earlier run (launches it reports with no difference are not run again), "
+                         "or a file of launch ids, one a line")
     args = ap.parse_args(argv)
     cg = compiled(SPEC)
     modes = ["fp32", "bf16"] if args.mode == "both" else [args.mode]
     checked = bad = 0
     t0 = time.time()
-    done = {line.split(":")[0] for log in args.skip for line in log.read_text().splitlines()
-            if " 0 differ" in line and "equal so far" in line}
+    # a log line of a launch with nothing differing so far, or a bare launch id (docs/gpu_prompt_order_done.txt)
+    done = {line.split(":")[0].strip() for log in args.skip for line in log.read_text().splitlines()
+            if (" 0 differ" in line and "equal so far" in line) or (line.strip() and ":" not in line)}
     for n, (name, program, memory, block, grid) in enumerate(launches(args.k)):
         if n % args.shards != args.shard or name in done:
             continue
