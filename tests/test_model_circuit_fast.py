@@ -131,7 +131,7 @@ def test_a_token_subsets_sparse_head_rows_are_multiplied_chunked_with_the_same_b
     subset = np.arange(0, len(gpu.tokens), 3)
     chunked = model.decode(copy.deepcopy(state), fed[0], token_subset=subset)
     assert model._subset_cache[2] is not None          # the chunked rows were used
-    model._subset_cache[2] = None                      # now the dense rows
+    model._subset_cache = (*model._subset_cache[:2], None)    # now the dense rows
     dense = model.decode(copy.deepcopy(state), fed[0], token_subset=subset)
     full = model.decode(copy.deepcopy(state), fed[0])
     assert np.array_equal(_bits(chunked), _bits(dense)) and np.array_equal(_bits(chunked), _bits(full[subset]))

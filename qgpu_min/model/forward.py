@@ -51,7 +51,18 @@ F32_VECTORS = ("A_log", "gdn_norm")  # stored F32 in the published checkpoint
 # An LM head with at most this fraction of nonzero SIMD chunks is multiplied chunk-sparse (Model.chunked_head):
 # a circuit model's embedding has ~16% (20 of 128 chunks of 16 per row); a trained one ~100%.
 HEAD_CHUNK_DENSITY = 0.5
-_UNSET = object()
+
+
+def sparse_chunks(w, lanes: int) -> kernels.ChunkedBF16 | None:
+    """Head rows w (bf16 bits) as their nonzero chunks of `lanes` columns, when at most HEAD_CHUNK_DENSITY of
+    their chunks hold a nonzero, else None (a probe of 64 rows decides, so a dense head is read only there)."""
+    if not (isinstance(w, np.ndarray) and w.dtype == np.uint16 and w.flags.c_contiguous):
+        return None
+    probe = w[np.linspace(0, w.shape[0] - 1, min(64, w.shape[0])).astype(np.int64)]
+    if kernels.ChunkedBF16.from_dense(np.ascontiguousarray(probe), lanes).chunks \
+            > HEAD_CHUNK_DENSITY * probe.shape[0] * -(-w.shape[1] // lanes):
+        return None
+    return kernels.ChunkedBF16.from_dense(w, lanes)
 
 
 def check_mode(mode: str) -> None:
@@ -99,7 +110,7 @@ class Model:
         rot = config.rotary_dim
         self._inv_freq = (np.float32(1) / np.power(np.float32(config.rope_theta),
                                                    np.arange(0, rot, 2, dtype=np.float32) / np.float32(rot)))
-        self._subset_cache: list | None = None     # [ids' bytes, their head rows, chunked rows or None]
+        self._subset_cache: tuple | None = None    # ((ids' bytes, lanes), their head rows, sparse_chunks of them)
         self._head_chunks: dict[int, kernels.ChunkedBF16 | None] = {}  # SIMD lanes -> chunked LM head
         self.silent_mixers = frozenset(i for i, kind in enumerate(config.layer_types)
                                        if kind == "linear_attention" and self._silent_deltanet(weights.layers[i]))
@@ -190,22 +201,15 @@ class Model:
     def chunked_head(self) -> kernels.ChunkedBF16 | None:
         """The full LM head as its nonzero chunks at the current SIMD level's width, when at most
         HEAD_CHUNK_DENSITY of its chunks hold a nonzero (a circuit model's embedding rows), else None.
-        Built once per width (the probe of a dense head reads a few rows only)."""
+        Built once per width."""
         lanes = kernels.isa_lanes()
         if lanes not in self._head_chunks:
-            w = self.weights.lm_head
-            chunked = None
-            if isinstance(w, np.ndarray) and w.dtype == np.uint16 and w.flags.c_contiguous:
-                probe = w[np.linspace(0, w.shape[0] - 1, min(64, w.shape[0])).astype(np.int64)]
-                if kernels.ChunkedBF16.from_dense(np.ascontiguousarray(probe), lanes).chunks \
-                        <= HEAD_CHUNK_DENSITY * probe.shape[0] * -(-w.shape[1] // lanes):
-                    chunked = kernels.ChunkedBF16.from_dense(w, lanes)
-            self._head_chunks[lanes] = chunked
+            self._head_chunks[lanes] = sparse_chunks(self.weights.lm_head, lanes)
         return self._head_chunks[lanes]
 
     def _apply_head(self, w, hidden: np.ndarray) -> np.ndarray:
         if hidden.ndim == 1:
-            chunked = self.chunked_head() if w is self.weights.lm_head else self._chunked_subset(w)
+            chunked = self.chunked_head() if w is self.weights.lm_head else self._subset_chunks(w)
             if chunked is not None:  # the dense product's bits, without its all-zero chunks
                 return self.r(kernels.chunked_matvec(chunked, hidden))
             return self.r(kernels.matvec_bf16(w, hidden))
@@ -224,28 +228,23 @@ class Model:
             raise ModelInputError(f"token id {int(bad[0])} is outside the vocabulary [0, {self.config.vocab_size})")
         return ids.astype(np.int64)
 
-    def _chunked_subset(self, rows: np.ndarray) -> kernels.ChunkedBF16 | None:
-        """The chunked form of the current token subset's head rows (built once per subset), when at most
-        HEAD_CHUNK_DENSITY of their chunks hold a nonzero (a merged checkpoint's GPU rows), else None."""
+    def _subset_chunks(self, rows: np.ndarray) -> kernels.ChunkedBF16 | None:
+        """The chunked form of the current token subset's head rows, if they are mostly zero (a merged
+        checkpoint's GPU rows, which a launch asks for at every step), else None."""
         cache = self._subset_cache
-        if cache is None or cache[1] is not rows:
-            return None
-        if cache[2] is _UNSET:
-            lanes = kernels.isa_lanes()
-            chunked = kernels.ChunkedBF16.from_dense(rows, lanes)
-            dense = chunked.chunks > HEAD_CHUNK_DENSITY * rows.shape[0] * -(-rows.shape[1] // lanes)
-            cache[2] = None if dense else chunked
-        return cache[2]
+        return cache[2] if cache is not None and cache[1] is rows else None
 
     def _head(self, token_subset) -> np.ndarray:
         """The LM-head rows to multiply: all of them, or those of token_subset (checked)."""
         if token_subset is None:
             return self.weights.lm_head
         ids = self._check_ids(token_subset)
-        key = ids.tobytes()
+        lanes = kernels.isa_lanes()
+        key = (ids.tobytes(), lanes)     # the chunks' width is the SIMD level's, as for chunked_head
         if self._subset_cache is None or self._subset_cache[0] != key:
             # gathered once and reused: a launch asks for the same subset at every step
-            self._subset_cache = [key, np.ascontiguousarray(self.weights.lm_head[ids]), _UNSET]
+            rows = np.ascontiguousarray(self.weights.lm_head[ids])
+            self._subset_cache = (key, rows, sparse_chunks(rows, lanes))
         return self._subset_cache[1]
 
     # ---- layers ----------------------------------------------------------------------------------------------
