@@ -80,11 +80,11 @@ def test_leak_summary_splits_the_text_at_its_first_leaky_token(tmp_path):
 
 
 def test_drift_command_reads_the_manifests_leaky_ids_or_refuses_them(tmp_path):
-    from qgpu_min.gpu.commands import _leaky_ids
+    from qgpu_min.gpu.merged import manifest_leaky_ids
     from qgpu_min.model.errors import CheckpointError
-    assert _leaky_ids({"text_gate": {"exact": True, "leaky_token_ids": []}}, tmp_path) == []
-    assert _leaky_ids({"text_gate": {"leaky_token_ids": [3, 9]}}, tmp_path) == [3, 9]
-    assert _leaky_ids({}, tmp_path) == []
+    assert manifest_leaky_ids({"text_gate": {"exact": True, "leaky_token_ids": []}}, tmp_path) == []
+    assert manifest_leaky_ids({"text_gate": {"leaky_token_ids": [3, 9]}}, tmp_path) == [3, 9]
+    assert manifest_leaky_ids({}, tmp_path) == []
     for bad in ("3", [1.5], [True], {"a": 1}):
         with pytest.raises(CheckpointError, match="leaky_token_ids"):
-            _leaky_ids({"text_gate": {"leaky_token_ids": bad}}, tmp_path)
+            manifest_leaky_ids({"text_gate": {"leaky_token_ids": bad}}, tmp_path)

@@ -12,8 +12,7 @@ from hypothesis import given, strategies as st
 
 from fuzzing import JSON, assert_names, budgets, fuzz_settings, mutate_bytes
 from qgpu_min.errors import QgpuError
-from qgpu_min.gpu.commands import _leaky_ids
-from qgpu_min.gpu.merged import MANIFEST, manifest_ranges, read_manifest
+from qgpu_min.gpu.merged import MANIFEST, manifest_leaky_ids, manifest_ranges, read_manifest
 from qgpu_min.gpu.program import GpuLaunchError
 from qgpu_min.model.errors import CheckpointError
 
@@ -31,7 +30,7 @@ FIELDS = [(("gpu", "circuit_key"), KEY), (("tokens", "gpu"), [VOCAB - GPU_TOKENS
 def _read(folder: Path) -> tuple[tuple[int, int], list[int]]:
     """What `--backend model` and `drift` take from the manifest, read as they read it."""
     m = read_manifest(folder)
-    return manifest_ranges(m, folder, KEY, GPU_TOKENS, VOCAB, GPU_LAYERS), _leaky_ids(m, folder)
+    return manifest_ranges(m, folder, KEY, GPU_TOKENS, VOCAB, GPU_LAYERS), manifest_leaky_ids(m, folder)
 
 
 def _near_misses(value: object) -> list:

@@ -79,7 +79,7 @@ def drift_command(base: Path, model_dir: Path, text_file: Path | None, limit: in
     from ..model.errors import ModelInputError
     from ..model.forward import load_model
     from ..model.generation_config import read_generation_config
-    from .merged import read_manifest
+    from .merged import manifest_leaky_ids, read_manifest
 
     manifest = read_manifest(model_dir)     # a folder that is not a built checkpoint is refused before loading
     say = lambda message: click.echo(message, err=True)  # noqa: E731
@@ -95,7 +95,7 @@ def drift_command(base: Path, model_dir: Path, text_file: Path | None, limit: in
     gen = read_generation_config(model_dir)
     suppressed = np.array(gen.suppress_tokens if gen else (), np.int64)
     summary = drift(b, m, ids, suppressed=suppressed, progress=lambda done, total: say(f"  {done}/{total} positions"),
-                    leaky=_leaky_ids(manifest, model_dir) or None)
+                    leaky=manifest_leaky_ids(manifest, model_dir) or None)
     summary.update(mode=mode, base=str(base), model=str(model_dir))
     if as_json:
         click.echo(json.dumps(summary))
@@ -112,16 +112,6 @@ def drift_command(base: Path, model_dir: Path, text_file: Path | None, limit: in
                    + (f"{leak['positions']} positions read one, the first at position {leak['first_position']}: "
                       f"KL before it max {leak['kl_max_before_first']:.3g}, from it on mean "
                       f"{leak['kl_mean_from_first']:.3g} nats" if leak["positions"] else "this text reads none of them"))
-
-
-def _leaky_ids(manifest: dict, model_dir: Path) -> list[int]:
-    """The manifest's text_gate.leaky_token_ids (none when the build silenced every row)."""
-    gate = manifest.get("text_gate")
-    ids = gate.get("leaky_token_ids", []) if isinstance(gate, dict) else []
-    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        from ..model.errors import CheckpointError
-        raise CheckpointError(f"{model_dir}: the manifest's text_gate.leaky_token_ids is not a list of token ids")
-    return ids
 
 
 def default_drift_text() -> str:

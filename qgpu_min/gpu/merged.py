@@ -350,6 +350,15 @@ def load_merged(model_dir: str | Path, spec: GpuSpec = GpuSpec()) -> MergedGpu:
     return MergedGpu(gc, vocab, p, model_dir, lo, last)
 
 
+def manifest_leaky_ids(manifest: dict, model_dir: Path) -> list[int]:
+    """The manifest's text_gate.leaky_token_ids (none when the build silenced every row)."""
+    gate = manifest.get("text_gate")
+    ids = gate.get("leaky_token_ids", []) if isinstance(gate, dict) else []
+    if not isinstance(ids, list) or not all(type(i) is int for i in ids):
+        raise CheckpointError(f"{model_dir}: the manifest's text_gate.leaky_token_ids is not a list of token ids")
+    return ids
+
+
 def manifest_ranges(manifest: dict, model_dir: Path, key: str, gpu_tokens: int, vocab_size: int,
                     gpu_layers: int) -> tuple[int, int]:
     """(first GPU token id, GPU layer count) from a manifest, after checking that it describes this version's GPU
