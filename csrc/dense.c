@@ -1,5 +1,6 @@
-/* bf16-weight x fp32-activation products: Y[n, out] = X[n, in] . W[out, in]^T, fp32 accumulation.
- * matvec is the n = 1 case of the same code.
+/* Weight x fp32-activation products: Y[n, out] = X[n, in] . W[out, in]^T, fp32 accumulation, for bf16
+ * weights and for int8 weights with one fp32 scale per block of 32 columns (Q8, the optional quantized form of
+ * a model's dense matrices, see the Q8 section below). matvec is the n = 1 case of the same code.
  *
  * Each (row, token) dot product is accumulated the same way whatever tile computes it: one vector
  * accumulator of L lanes (L = 8 generic and AVX2, 16 AVX-512), chunks of L in order with the tail
@@ -24,11 +25,13 @@ enum { ISA_GENERIC = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
 enum { X_BLOCK_FLOATS = 1 << 16 }; /* 256 KiB of activations per token block */
 
 typedef struct {
-    const uint16_t *w;
+    const uint16_t *w; /* bf16 bits, or NULL for a Q8 matrix */
     size_t out, in;
     const float *x;
     size_t n;
     float *y;
+    const int8_t *q;      /* Q8: int8 weights [out, in] */
+    const float *scales;  /* Q8: [out, in / 32] */
 } prod_args;
 
 /* Rows are read 4 at a time, and a row of 2048 bf16 is one 4 KiB page, where the hardware prefetchers
@@ -268,6 +271,163 @@ AVX512 static void rows_avx512(void *ctx, size_t r0, size_t r1) {
 }
 #endif /* QGPU_X86 */
 
+/* ---- Q8: int8 weights, one fp32 scale per block of 32 columns (in a multiple of 32) ----
+ *
+ * Row r's dot product with x: for each block b, blk = sum over the block's columns of q * x (an L-lane
+ * vector: the block's chunks of L columns, the first multiplied, the rest added in order), then
+ * acc += blk * scale[r, b]; the lanes of acc are reduced as the bf16 products' are. The same at every tile
+ * shape and thread count within one SIMD level. int8 -> fp32 is exact and each product q * x is one
+ * rounding, so the result is within fp32 summation error of sum_b scale_b * sum_k q_k x_k. */
+enum { Q8_BLOCK = 32, Q8_LINE = 64 /* int8 weights per cache line */ };
+
+static inline __attribute__((always_inline)) void q8_prefetch_ahead(const prod_args *a, size_t r, const int NR,
+                                                                    size_t k) {
+    size_t ahead = r + PREFETCH_TILES_AHEAD * (size_t)NR;
+    if (k % Q8_LINE == 0 && ahead + (size_t)NR <= a->out)
+        for (int i = 0; i < NR; i++) __builtin_prefetch(a->q + (ahead + i) * a->in + k, 0, 3);
+}
+
+/* generic: 8 lanes as two 4-lane halves (columns 0-3 and 4-7 of each chunk of 8), 1 token per tile */
+static inline __attribute__((always_inline)) void q8_tile_generic(const prod_args *a, size_t r, size_t t,
+                                                                  const int NR, const int pf) {
+    const size_t in = a->in, blocks = in / Q8_BLOCK;
+    const float *x = a->x + t * in;
+    v4f lo[4], hi[4];
+    for (int i = 0; i < NR; i++) lo[i] = hi[i] = (v4f){0};
+    for (size_t b = 0; b < blocks; b++) {
+        size_t k0 = b * Q8_BLOCK;
+        if (pf) q8_prefetch_ahead(a, r, NR, k0);
+        for (int i = 0; i < NR; i++) {
+            const int8_t *q = a->q + (r + i) * in + k0;
+            v4f blo = {0}, bhi = {0};
+            for (int c = 0; c < Q8_BLOCK; c += 8) {
+                const float *xc = x + k0 + c;
+                v4f ql = {q[c], q[c + 1], q[c + 2], q[c + 3]}, qh = {q[c + 4], q[c + 5], q[c + 6], q[c + 7]};
+                v4f xl = {xc[0], xc[1], xc[2], xc[3]}, xh = {xc[4], xc[5], xc[6], xc[7]};
+                if (c == 0) {
+                    blo = ql * xl;
+                    bhi = qh * xh;
+                } else {
+                    blo += ql * xl;
+                    bhi += qh * xh;
+                }
+            }
+            float s = a->scales[(r + i) * blocks + b];
+            v4f sv = {s, s, s, s};
+            lo[i] += blo * sv;
+            hi[i] += bhi * sv;
+        }
+    }
+    for (int i = 0; i < NR; i++) {
+        float lanes[4];
+        v4f sum = lo[i] + hi[i];
+        memcpy(lanes, &sum, sizeof lanes);
+        a->y[t * a->out + r + i] = (lanes[0] + lanes[2]) + (lanes[1] + lanes[3]);
+    }
+}
+
+static void q8_rows_generic(void *ctx, size_t r0, size_t r1) {
+    const prod_args *a = (const prod_args *)ctx;
+    size_t tb = token_block(a->in, 1);
+    for (size_t t0 = 0; t0 < a->n; t0 += tb) {
+        size_t t1 = t0 + tb < a->n ? t0 + tb : a->n;
+        size_t r = r0;
+        for (; r + 4 <= r1; r += 4)
+            for (size_t t = t0; t < t1; t++) q8_tile_generic(a, r, t, 4, t == t0);
+        for (; r < r1; r++)
+            for (size_t t = t0; t < t1; t++) q8_tile_generic(a, r, t, 1, 0);
+    }
+}
+
+#ifdef QGPU_X86
+/* AVX2: 4 chunks of 8 per block; tiles of 4 rows x 1 token (acc + blk: 8 of the 16 registers) */
+AVX2_INLINE __m256 load_q8x8(const int8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+
+AVX2_INLINE void q8_tile_avx2(const prod_args *a, size_t r, size_t t, const int NR, const int pf) {
+    const size_t in = a->in, blocks = in / Q8_BLOCK;
+    const float *x = a->x + t * in;
+    __m256 acc[4], blk[4];
+    for (int i = 0; i < NR; i++) acc[i] = _mm256_setzero_ps();
+    for (size_t b = 0; b < blocks; b++) {
+        size_t k0 = b * Q8_BLOCK;
+        if (pf) q8_prefetch_ahead(a, r, NR, k0);
+        for (int c = 0; c < Q8_BLOCK; c += 8) {
+            __m256 xv = _mm256_loadu_ps(x + k0 + c);
+            for (int i = 0; i < NR; i++) {
+                __m256 wv = load_q8x8(a->q + (r + i) * in + k0 + c);
+                blk[i] = c == 0 ? _mm256_mul_ps(wv, xv) : _mm256_fmadd_ps(wv, xv, blk[i]);
+            }
+        }
+        for (int i = 0; i < NR; i++)
+            acc[i] = _mm256_fmadd_ps(blk[i], _mm256_set1_ps(a->scales[(r + i) * blocks + b]), acc[i]);
+    }
+    for (int i = 0; i < NR; i++) a->y[t * a->out + r + i] = reduce8(acc[i]);
+}
+
+AVX2 static void q8_rows_avx2(void *ctx, size_t r0, size_t r1) {
+    const prod_args *a = (const prod_args *)ctx;
+    size_t tb = token_block(a->in, 1);
+    for (size_t t0 = 0; t0 < a->n; t0 += tb) {
+        size_t t1 = t0 + tb < a->n ? t0 + tb : a->n;
+        size_t r = r0;
+        for (; r + 4 <= r1; r += 4)
+            for (size_t t = t0; t < t1; t++) q8_tile_avx2(a, r, t, 4, t == t0);
+        for (; r < r1; r++)
+            for (size_t t = t0; t < t1; t++) q8_tile_avx2(a, r, t, 1, 0);
+    }
+}
+
+/* AVX-512: 2 chunks of 16 per block; tiles of 4 rows x 2 tokens (acc + blk: 16 of the 32 registers) */
+AVX512_INLINE __m512 load_q8x16(const int8_t *p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+}
+
+AVX512_INLINE void q8_tile_avx512(const prod_args *a, size_t r, size_t t, const int NR, const int NT,
+                                  const int pf) {
+    const size_t in = a->in, blocks = in / Q8_BLOCK;
+    __m512 acc[4][2], blk[4][2];
+    for (int i = 0; i < NR; i++)
+        for (int j = 0; j < NT; j++) acc[i][j] = _mm512_setzero_ps();
+    for (size_t b = 0; b < blocks; b++) {
+        size_t k0 = b * Q8_BLOCK;
+        if (pf) q8_prefetch_ahead(a, r, NR, k0);
+        for (int c = 0; c < Q8_BLOCK; c += 16) {
+            __m512 wv[4];
+            for (int i = 0; i < NR; i++) wv[i] = load_q8x16(a->q + (r + i) * in + k0 + c);
+            for (int j = 0; j < NT; j++) {
+                __m512 xv = _mm512_loadu_ps(a->x + (t + j) * in + k0 + c);
+                for (int i = 0; i < NR; i++)
+                    blk[i][j] = c == 0 ? _mm512_mul_ps(wv[i], xv) : _mm512_fmadd_ps(wv[i], xv, blk[i][j]);
+            }
+        }
+        for (int i = 0; i < NR; i++) {
+            __m512 sv = _mm512_set1_ps(a->scales[(r + i) * blocks + b]);
+            for (int j = 0; j < NT; j++) acc[i][j] = _mm512_fmadd_ps(blk[i][j], sv, acc[i][j]);
+        }
+    }
+    for (int i = 0; i < NR; i++)
+        for (int j = 0; j < NT; j++) a->y[(t + j) * a->out + r + i] = reduce16(acc[i][j]);
+}
+
+AVX512 static void q8_rows_avx512(void *ctx, size_t r0, size_t r1) {
+    const prod_args *a = (const prod_args *)ctx;
+    size_t tb = token_block(a->in, 2);
+    for (size_t t0 = 0; t0 < a->n; t0 += tb) {
+        size_t t1 = t0 + tb < a->n ? t0 + tb : a->n;
+        size_t r = r0;
+        for (; r + 4 <= r1; r += 4) {
+            size_t t = t0;
+            for (; t + 2 <= t1; t += 2) q8_tile_avx512(a, r, t, 4, 2, t == t0);
+            for (; t < t1; t++) q8_tile_avx512(a, r, t, 4, 1, t == t0);
+        }
+        for (; r < r1; r++)
+            for (size_t t = t0; t < t1; t++) q8_tile_avx512(a, r, t, 1, 1, 0);
+    }
+}
+#endif /* QGPU_X86 */
+
 /* ---- dispatch ---- */
 
 static const qgpu_range_fn ROWS_BY_ISA[] = {
@@ -275,6 +435,14 @@ static const qgpu_range_fn ROWS_BY_ISA[] = {
 #ifdef QGPU_X86
     rows_avx2,
     rows_avx512,
+#endif
+};
+
+static const qgpu_range_fn Q8_ROWS_BY_ISA[] = {
+    q8_rows_generic,
+#ifdef QGPU_X86
+    q8_rows_avx2,
+    q8_rows_avx512,
 #endif
 };
 
@@ -303,14 +471,14 @@ int qgpu_get_isa(void) {
 /* Several products sharing X in one parallel dispatch: the matrices' rows are laid end to end in one
  * virtual row range (each starting at a multiple of the 16-row grain, so chunks never split a tile across
  * matrices) and each chunk is cut at the matrix boundaries. Every row is computed by the same rows_* code
- * as a single product, so each result is bit-identical to its own qgpu_matmul_bf16. */
+ * as a single product (bf16 or Q8, per matrix), so each result is bit-identical to its own product. */
 enum { ROW_GRAIN = 16 };
 
 typedef struct {
     prod_args parts[QGPU_MAX_MULTI];
     size_t start[QGPU_MAX_MULTI];
+    qgpu_range_fn rows[QGPU_MAX_MULTI];
     size_t count;
-    qgpu_range_fn rows;
 } multi_args;
 
 static void multi_rows(void *ctx, size_t v0, size_t v1) {
@@ -319,24 +487,35 @@ static void multi_rows(void *ctx, size_t v0, size_t v1) {
         size_t begin = v0 > m->start[j] ? v0 : m->start[j];
         size_t end = m->start[j] + m->parts[j].out;
         if (v1 < end) end = v1;
-        if (begin < end) m->rows((void *)&m->parts[j], begin - m->start[j], end - m->start[j]);
+        if (begin < end) m->rows[j]((void *)&m->parts[j], begin - m->start[j], end - m->start[j]);
     }
+}
+
+void qgpu_matmul_multi(const qgpu_matrix *ws, size_t count, size_t in, const float *x, size_t n, float *y) {
+    multi_args m;
+    size_t rows = 0, work_rows = 0;
+    int level = qgpu_get_isa();
+    m.count = count < QGPU_MAX_MULTI ? count : QGPU_MAX_MULTI;
+    for (size_t j = 0; j < m.count; j++) {
+        prod_args a = {ws[j].w, ws[j].out, in, x, n, y + n * work_rows, ws[j].q, ws[j].scales};
+        m.parts[j] = a;
+        m.rows[j] = ws[j].w ? ROWS_BY_ISA[level] : Q8_ROWS_BY_ISA[level];
+        m.start[j] = rows;
+        rows += (ws[j].out + ROW_GRAIN - 1) / ROW_GRAIN * ROW_GRAIN;
+        work_rows += ws[j].out;
+    }
+    qgpu_parallel_for(rows, ROW_GRAIN, work_rows * in * (n ? n : 1), multi_rows, &m);
 }
 
 void qgpu_matmul_bf16_multi(const uint16_t *const *ws, const size_t *outs, size_t count, size_t in,
                             const float *x, size_t n, float *y) {
-    multi_args m;
-    size_t rows = 0, work_rows = 0;
-    m.count = count < QGPU_MAX_MULTI ? count : QGPU_MAX_MULTI;
-    m.rows = ROWS_BY_ISA[qgpu_get_isa()];
-    for (size_t j = 0; j < m.count; j++) {
-        prod_args a = {ws[j], outs[j], in, x, n, y + n * work_rows};
-        m.parts[j] = a;
-        m.start[j] = rows;
-        rows += (outs[j] + ROW_GRAIN - 1) / ROW_GRAIN * ROW_GRAIN;
-        work_rows += outs[j];
+    qgpu_matrix m[QGPU_MAX_MULTI];
+    count = count < QGPU_MAX_MULTI ? count : QGPU_MAX_MULTI;
+    for (size_t j = 0; j < count; j++) {
+        qgpu_matrix one = {ws[j], NULL, NULL, outs[j]};
+        m[j] = one;
     }
-    qgpu_parallel_for(rows, ROW_GRAIN, work_rows * in * (n ? n : 1), multi_rows, &m);
+    qgpu_matmul_multi(m, count, in, x, n, y);
 }
 
 void qgpu_matmul_bf16(const uint16_t *w, size_t out, size_t in, const float *x, size_t n, float *y) {
@@ -345,6 +524,12 @@ void qgpu_matmul_bf16(const uint16_t *w, size_t out, size_t in, const float *x, 
 
 void qgpu_matvec_bf16(const uint16_t *w, size_t out, size_t in, const float *x, float *y) {
     qgpu_matmul_bf16(w, out, in, x, 1, y);
+}
+
+void qgpu_matmul_q8(const int8_t *q, const float *scales, size_t out, size_t in, const float *x, size_t n,
+                    float *y) {
+    qgpu_matrix m = {NULL, q, scales, out};
+    qgpu_matmul_multi(&m, 1, in, x, n, y);
 }
 
 /* ---- chunked products: the dense arithmetic without the all-zero chunks ----

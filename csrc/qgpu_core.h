@@ -1,4 +1,4 @@
-/* The C core of qgpu-min: bf16-weight x fp32-activation products, the Gated DeltaNet step, the causal
+/* The C core of qgpu-min: bf16- and int8-weight x fp32-activation products, the Gated DeltaNet step, the causal
  * conv update and the norms. Every kernel has a NumPy twin in qgpu_min/model/kernels_ref.py; the Python
  * wrappers in qgpu_min/model/kernels.py validate shapes, dtypes and layout before calling in here, so the
  * C side trusts its arguments. Matrices are row-major and contiguous; bf16 values are uint16 bit patterns.
@@ -30,6 +30,23 @@ void qgpu_matmul_bf16(const uint16_t *w, size_t out, size_t in, const float *x, 
  * parallel dispatch; the Y_j lie one after another in y. Each is bit-identical to its own qgpu_matmul_bf16. */
 void qgpu_matmul_bf16_multi(const uint16_t *const *ws, const size_t *outs, size_t count, size_t in,
                             const float *x, size_t n, float *y);
+
+/* Q8: int8 weights q [out, in] with one fp32 scale per block of 32 columns, scales [out, in / 32]; `in` a
+ * multiple of 32. Y[n, out] = X[n, in] . W^T for W[r, k] = q[r, k] * scales[r, k / 32]. */
+void qgpu_matmul_q8(const int8_t *q, const float *scales, size_t out, size_t in, const float *x, size_t n,
+                    float *y);
+/* The Q8 form of a bf16 matrix w [out, in] (in a multiple of 32), as kernels_ref.quantize_q8 makes it;
+ * a block holding a non-finite weight gets a NaN scale. */
+void qgpu_quantize_q8(const uint16_t *w, size_t out, size_t in, int8_t *q, float *scales);
+/* One operand of qgpu_matmul_multi: bf16 bits w, or (w NULL) a Q8 matrix q, scales; out rows. */
+typedef struct {
+    const uint16_t *w;
+    const int8_t *q;
+    const float *scales;
+    size_t out;
+} qgpu_matrix;
+/* qgpu_matmul_bf16_multi over operands of either kind (count <= QGPU_MAX_MULTI). */
+void qgpu_matmul_multi(const qgpu_matrix *ws, size_t count, size_t in, const float *x, size_t n, float *y);
 
 /* Y[n, out] = X[n, in] . W^T for a CSR bf16 matrix W [out, in]: row r has values[indptr[r] ..
  * indptr[r+1]) at columns indices[same]. matvec is n = 1. */

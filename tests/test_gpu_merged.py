@@ -231,3 +231,26 @@ def test_each_build_process_writes_its_own_folder_and_removes_dead_ones_leftover
     assert folder == tmp_path / f"merged.build-{os.getpid()}" and not folder.exists()
     assert not any(d.exists() for d in leftovers)
     assert running.exists() and other.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["fp32", "bf16"])
+def test_dot_through_the_merged_model_quantized_to_int8_exact_under_check(built, mode):
+    """--quant int8 quantizes the Qwen layers and the full-vocabulary head; the GPU's layers and its tokens'
+    rows stay exact, so the launch is the same launch, checked against the interpreter at every step
+    (the full-vocabulary argmax, through the quantized head, included)."""
+    r = CliRunner().invoke(main, ["run", str(ROOT / "examples" / "dot.cu"), *DOT_ARGS, "--backend", "model",
+                                  "--model", str(built), "--quant", "int8", "--mode", mode, "--check", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["arrays"]["out"] == [32] and out["checked"]
+    assert out["tokens"] == {"prompt": 305, "generated": 46}
+    from qgpu_min.gpu.backend import _MERGED
+    from qgpu_min.model.kernels import QuantQ8
+    weights = _MERGED[(str(built.resolve()), "int8")].model(mode).weights
+    gpu = merged.gpu_layers(built)
+    kinds = [{type(a).__name__ for a in layer.values() if not (isinstance(a, np.ndarray) and a.dtype == np.float32)}
+             for layer in weights.layers]      # the matrices' kinds (vectors and conv taps are float32)
+    assert all("QuantQ8" not in kinds[i] for i in gpu)
+    assert all(kinds[i] == {"QuantQ8"} for i in range(gpu.stop, len(kinds)))
+    assert isinstance(weights.head_q8, QuantQ8)

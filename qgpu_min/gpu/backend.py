@@ -52,7 +52,7 @@ def _warp_steps(generated: list[Token]) -> int:
     return steps
 
 
-_MERGED: dict = {}        # checkpoint folder -> MergedGpu, for the life of the process
+_MERGED: dict = {}        # (checkpoint folder, quant) -> MergedGpu, for the life of the process
 
 
 def _checked_options(backend: str, mode: str, options: dict, allowed: str) -> None:
@@ -76,19 +76,22 @@ def run_launch(program: Program, memory: list[int], grid: tuple[int, int], block
 def run_launch_model(program: Program, memory: list[int], grid: tuple[int, int], block: tuple[int, int],
                      step_limit: int | None, model: str | None = None, mode: str = "fp32", check: bool = False,
                      trace: Callable[[str], None] | None = None, progress: Callable[[str], None] | None = None,
-                     **options: Any) -> BackendRun:
-    """The launch through a merged checkpoint (`model`: its folder), every Qwen layer included."""
-    _checked_options("model", mode, options, "model, mode, check, trace and progress")
+                     quant: str | None = None, **options: Any) -> BackendRun:
+    """The launch through a merged checkpoint (`model`: its folder), every Qwen layer included; quant="int8":
+    its Qwen layers quantized at load (the GPU's layers stay exact)."""
+    _checked_options("model", mode, options, "model, mode, quant, check, trace and progress")
     if not model:
         raise LaunchError("backend 'model' needs the merged checkpoint's folder (--model DIR, from `qgpu-min build`)")
     grid, block = launch_shape(grid, block, SPEC)
     check_supported(program, SPEC)
-    key = str(Path(model).resolve())
+    if quant not in (None, "int8"):
+        raise LaunchError(f"quant {quant!r}: choose int8 (or none)")
+    key = (str(Path(model).resolve()), quant)
     if key not in _MERGED:
         from .merged import load_merged
         if progress is not None:
-            progress(f"loading the merged checkpoint {model} ...")
-        _MERGED[key] = load_merged(model, SPEC)
+            progress(f"loading the merged checkpoint {model}{' (Qwen layers quantized to int8)' if quant else ''} ...")
+        _MERGED[key] = load_merged(model, SPEC, quant)
     return _launch(_MERGED[key], program, memory, grid, block, step_limit, mode, check, trace)
 
 

@@ -64,44 +64,51 @@ def build_command(base: Path | None, out: Path | None, force: bool, max_leaks: i
 @click.option("--base", type=click.Path(file_okay=False, exists=True, path_type=Path), required=True,
               help="The base checkpoint the model was built on.")
 @click.option("--model", "model_dir", type=click.Path(file_okay=False, exists=True, path_type=Path), required=True,
-              help="The merged checkpoint (from `qgpu-min build`).")
+              help="The merged checkpoint (from `qgpu-min build`); with --quant, any checkpoint (the base itself "
+                   "measures the quantization alone).")
+@click.option("--quant", type=click.Choice(["int8"]), help="Load the model quantized (its GPU layers stay exact): "
+              "the drift then includes the quantization's.")
 @click.option("--text", "text_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="A UTF-8 text to read (default: a built-in sample of varied text).")
 @click.option("--limit", type=click.IntRange(min=1), metavar="N", help="Read at most the first N tokens.")
 @click.option("--mode", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @user_errors
-def drift_command(base: Path, model_dir: Path, text_file: Path | None, limit: int | None, mode: str,
-                  as_json: bool) -> None:
+def drift_command(base: Path, model_dir: Path, quant: str | None, text_file: Path | None, limit: int | None,
+                  mode: str, as_json: bool) -> None:
     """Next-token drift of a merged checkpoint against its base over a text: KL(base || merged) per position
-    (the merged model's mass on GPU tokens counts), top-1 agreement, the largest logit difference."""
+    (the merged model's mass on GPU tokens counts), top-1 agreement, the largest logit difference. With
+    --quant: of the model loaded quantized against the base at full precision."""
     from ..model.drift import drift
     from ..model.errors import ModelInputError
     from ..model.forward import load_model
     from ..model.generation_config import read_generation_config
-    from .merged import manifest_leaky_ids, read_manifest
+    from .merged import MANIFEST, gpu_layers, manifest_leaky_ids, read_manifest
 
-    manifest = read_manifest(model_dir)     # a folder that is not a built checkpoint is refused before loading
+    # a folder that is not a built checkpoint is refused before loading (with --quant it is compared as it is)
+    manifest = read_manifest(model_dir) if not quant or (model_dir / MANIFEST).is_file() else None
     say = lambda message: click.echo(message, err=True)  # noqa: E731
     try:
         text = text_file.read_text(encoding="utf-8") if text_file else default_drift_text()
     except (OSError, UnicodeDecodeError) as e:
         raise ModelInputError(f"{text_file}: cannot be read as UTF-8 text ({e})") from None
-    say(f"loading {base} and {model_dir} ({mode}) ...")
-    b, m = load_model(base, mode), load_model(model_dir, mode)
+    say(f"loading {base} and {model_dir} ({mode}{', ' + quant if quant else ''}) ...")
+    b = load_model(base, mode)
+    m = load_model(model_dir, mode, quant=quant, keep_layers=gpu_layers(model_dir)) if quant else \
+        load_model(model_dir, mode)
     if b.tokenizer is None:
         raise ModelInputError(f"{base}: no tokenizer.json, so the text cannot be encoded")
     ids = b.tokenizer.encode(text)[:limit]
     gen = read_generation_config(model_dir)
     suppressed = np.array(gen.suppress_tokens if gen else (), np.int64)
     summary = drift(b, m, ids, suppressed=suppressed, progress=lambda done, total: say(f"  {done}/{total} positions"),
-                    leaky=manifest_leaky_ids(manifest, model_dir) or None)
-    summary.update(mode=mode, base=str(base), model=str(model_dir))
+                    leaky=(manifest_leaky_ids(manifest, model_dir) or None) if manifest else None)
+    summary.update(mode=mode, quant=quant, base=str(base), model=str(model_dir))
     if as_json:
         click.echo(json.dumps(summary))
         return
     kl = summary["kl"]
-    click.echo(f"{summary['positions']} positions ({mode}): KL mean {kl['mean']:.3g}, p99 {kl['p99']:.3g}, "
+    click.echo(f"{summary['positions']} positions ({mode}{', ' + quant if quant else ''}): KL mean {kl['mean']:.3g}, p99 {kl['p99']:.3g}, "
                f"max {kl['max']:.3g} nats ({kl['zero_positions']} positions exactly 0); top-1 agreement "
                f"{summary['top1_agreement']:.4f}; largest logit difference {summary['max_logit_diff']:.3g} "
                f"({summary['suppressed_tokens']} GPU tokens suppressed; without that their mass would be mean "

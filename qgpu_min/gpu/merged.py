@@ -33,6 +33,7 @@ from ..files import read_json, write_text_atomic
 from ..model.config import load_config
 from ..model.errors import CheckpointError
 from ..model.forward import Model
+from ..model.weights import check_quant
 from ..model.tokenizer import padding_placeholder
 from .core import GpuCircuit, build
 from .layout import GpuSpec
@@ -286,13 +287,14 @@ class MergedGpu:
     path: Path
     offset: int
     n_layers: int
+    quant: str | None = None     # the base's layers quantized at load ("int8"), the GPU's layers never
     models: dict = field(default_factory=dict)
     loaded: OrderedDict = field(default_factory=OrderedDict)   # programs loaded before (model.load_state)
 
     def model(self, mode: str = "fp32") -> Model:
         if mode not in self.models:
             from ..model.forward import load_model
-            self.models[mode] = load_model(self.path, mode)
+            self.models[mode] = load_model(self.path, mode, quant=self.quant, keep_layers=self.layers)
         return self.models[mode]
 
     @property
@@ -334,8 +336,10 @@ def read_manifest(model_dir: str | Path) -> dict:
         raise CheckpointError(f"{path}: not a valid build manifest ({type(e).__name__}: {e})") from None
 
 
-def load_merged(model_dir: str | Path, spec: GpuSpec = GpuSpec()) -> MergedGpu:
-    """A merged checkpoint ready to run launches, after checking that it holds this version's GPU."""
+def load_merged(model_dir: str | Path, spec: GpuSpec = GpuSpec(), quant: str | None = None) -> MergedGpu:
+    """A merged checkpoint ready to run launches, after checking that it holds this version's GPU. quant:
+    its base layers (and the full-vocabulary LM head) quantized at load (forward.load_model)."""
+    check_quant(quant)
     from .cache import circuit_key
 
     model_dir = Path(model_dir)
@@ -347,7 +351,19 @@ def load_merged(model_dir: str | Path, spec: GpuSpec = GpuSpec()) -> MergedGpu:
     vocab = Vocab(gc)
     lo, last = manifest_ranges(manifest, model_dir, circuit_key(gc, shape), len(vocab.tokens), cfg.vocab_size,
                                p.n_layers)
-    return MergedGpu(gc, vocab, p, model_dir, lo, last)
+    return MergedGpu(gc, vocab, p, model_dir, lo, last, quant)
+
+
+def gpu_layers(model_dir: str | Path) -> range:
+    """The GPU's layers of a checkpoint built by `qgpu-min build` (its manifest says), none for any other
+    checkpoint: what quantizing at load must keep exact."""
+    if not (Path(model_dir) / MANIFEST).is_file():
+        return range(0)
+    try:
+        first, last = read_manifest(model_dir)["layers"]["gpu"]
+        return range(first, last)
+    except (KeyError, TypeError, ValueError):
+        raise CheckpointError(f"{model_dir}: the build manifest's layers.gpu is not a pair of layer numbers") from None
 
 
 def manifest_leaky_ids(manifest: dict, model_dir: Path) -> list[int]:

@@ -39,23 +39,28 @@ def _warn(warnings: list[str]) -> None:
         click.echo(f"warning: {w}", err=True)
 
 
-def _model_options(backend: str, mode: str | None, check: bool, trace: bool, model_dir: str | None) -> dict:
+def _model_options(backend: str, mode: str | None, check: bool, trace: bool, model_dir: str | None,
+                   quant: str | None = None) -> dict:
     """The options of the GPU backends; given to the interpreter they are a usage error."""
     if backend == "interp":
         given = [name for name, on in (("--mode", mode), ("--check", check), ("--trace", trace),
-                                       ("--model", model_dir)) if on]
+                                       ("--model", model_dir), ("--quant", quant)) if on]
         if given:
             raise click.UsageError(f"{', '.join(given)} apply to --backend circuit or model, not interp")
         return {}
     if (backend == "model") != bool(model_dir):
         raise click.UsageError("--backend model needs --model DIR (a checkpoint from `qgpu-min build`)"
                                if model_dir is None else "--model DIR goes with --backend model")
+    if quant and backend != "model":
+        raise click.UsageError("--quant applies to --backend model (the Qwen layers of a merged checkpoint)")
     # progress on stderr, so --json stdout stays one object: the first use compiles the GPU (seconds)
     out = {"mode": mode or "fp32", "check": check, "progress": lambda message: click.echo(message, err=True)}
     if trace:
         out["trace"] = lambda name: click.echo(name)
     if model_dir:
         out["model"] = model_dir
+    if quant:
+        out["quant"] = quant
     return out
 
 
@@ -79,6 +84,9 @@ def _ints(values) -> list[int]:
                    "from `qgpu-min build`, the GPU in front of Qwen3.5 (--model DIR).")
 @click.option("--model", "model_dir", type=click.Path(file_okay=False, exists=True), metavar="DIR",
               help="model: the merged checkpoint's folder (printed by `qgpu-min build`).")
+@click.option("--quant", type=click.Choice(["int8"]), help="model: the checkpoint's Qwen layers and LM head "
+              "quantized to int8 at load (Q8: a scale per 32 weights; half the bytes to read); the GPU's layers and "
+              "its tokens' logits stay exact.")
 @click.option("--mode", type=click.Choice(MODES), help="circuit/model: activations in fp32 "
               "(default) or rounded to bf16 after every op, as torch does.")
 @click.option("--check", is_flag=True, help="circuit/model: replay on the interpreter and compare every "
@@ -95,8 +103,8 @@ def _ints(values) -> list[int]:
               help=f"Stop with an error after N warp steps (default {DEFAULT_STEP_LIMIT}).")
 @user_errors
 def run(source: Path, arg_texts: tuple[str, ...], kernel: str | None, grid: tuple[int, int],
-        block: tuple[int, int] | None, backend: str, model_dir: str | None, mode: str | None, check: bool,
-        trace: bool, memcheck: bool,
+        block: tuple[int, int] | None, backend: str, model_dir: str | None, quant: str | None, mode: str | None,
+        check: bool, trace: bool, memcheck: bool,
         compiler: str | None, as_json: bool, step_limit: int | None) -> None:
     """Compile a CUDA kernel (.cu or .ptx) and launch it on the machine.
 
@@ -113,7 +121,7 @@ def run(source: Path, arg_texts: tuple[str, ...], kernel: str | None, grid: tupl
     compiled = compile_kernel(source, kernel=kernel, compiler=compiler)
     _warn(compiled.warnings)
     args = bind_args(values, compiled.params, compiled.name)
-    options = _model_options(backend, mode, check, trace and not as_json, model_dir)
+    options = _model_options(backend, mode, check, trace and not as_json, model_dir, quant)
     result = launch(compiled, args, grid=grid, block=block, backend=backend, step_limit=step_limit,
                     memcheck=memcheck, **options)
     _warn(result.warnings)

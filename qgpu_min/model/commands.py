@@ -8,6 +8,7 @@ import click
 
 from ..errors import QgpuError
 from .modes import MODES
+from .weights import QUANTS
 
 
 @click.command("generate")
@@ -24,17 +25,19 @@ from .modes import MODES
 @click.option("--think", is_flag=True, help="let the model think first (chat format only)")
 @click.option("--mode", type=click.Choice(MODES), default="fp32", show_default=True,
               help="activation precision: fp32, or bf16 emulating torch bf16 inference")
+@click.option("--quant", type=click.Choice(QUANTS), help="quantize the dense matrices at load: int8 (Q8, a scale "
+              "per 32 weights; about half the bytes per token; drift: `qgpu-min drift --quant int8`)")
 @click.option("--json", "as_json", is_flag=True,
               help='print {"prompt_ids": [...], "token_ids": [...], "text": "..."} instead of streaming')
 def generate_command(model_dir: str, prompt: str, max_new_tokens: int, greedy: bool, temperature: float | None,
                      top_p: float | None, top_k: int | None, seed: int | None, raw: bool, think: bool,
-                     mode: str, as_json: bool) -> None:
+                     mode: str, quant: str | None, as_json: bool) -> None:
     """Generate text for PROMPT (a user message, or raw text with --raw)."""
     from .forward import load_model      # here, so that other commands' start does not load the model
     from .generate import Sampling, default_sampling, generate_ids, prompt_ids, result, stream_text
 
     try:
-        model = load_model(model_dir, mode=mode)
+        model = load_quantized(model_dir, mode, quant) if quant else load_model(model_dir, mode=mode)
         d = default_sampling(model)
         sampling = Sampling(greedy=greedy, seed=seed,
                             temperature=d["temperature"] if temperature is None else temperature,
@@ -51,3 +54,14 @@ def generate_command(model_dir: str, prompt: str, max_new_tokens: int, greedy: b
         sys.stdout.write("\n")
     except QgpuError as e:
         raise click.ClickException(str(e)) from None
+
+
+def load_quantized(model_dir: str, mode: str, quant: str):
+    """load_model with quant, a built checkpoint's GPU layers kept exact, progress on stderr."""
+    from ..gpu.merged import gpu_layers   # a built checkpoint's manifest names its GPU layers
+    from .forward import load_model
+
+    click.echo(f"loading {model_dir}, quantizing to {quant} ...", err=True)
+    return load_model(model_dir, mode=mode, quant=quant, keep_layers=gpu_layers(model_dir),
+                      progress=lambda done, total: click.echo(f"  {done}/{total} layers", err=True)
+                      if done == total or done % 8 == 0 else None)

@@ -27,7 +27,7 @@ inference (HF `modeling_qwen3_5.py`): every value torch would hold as a bf16 ten
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,7 +39,7 @@ from .bf16 import bf16_to_f32, round_bf16
 from .config import TextConfig, load_config, parse_config
 from .errors import ModelInputError
 from .modes import MODES
-from .weights import Weights, load_weights, weights_from_arrays
+from .weights import Weights, check_quant, load_weights, quantize_weights, weights_from_arrays
 
 if TYPE_CHECKING:  # the tokenizers library is imported only when a tokenizer is loaded
     from .tokenizer import Tokenizer
@@ -234,10 +234,11 @@ class Model:
         cache = self._subset_cache
         return cache[2] if cache is not None and cache[1] is rows else None
 
-    def _head(self, token_subset) -> np.ndarray:
-        """The LM-head rows to multiply: all of them, or those of token_subset (checked)."""
+    def _head(self, token_subset) -> np.ndarray | kernels.QuantQ8:
+        """The LM-head rows to multiply: all of them (Q8 in a quantized model), or those of token_subset
+        (checked; always the exact rows)."""
         if token_subset is None:
-            return self.weights.lm_head
+            return self.weights.lm_head if self.weights.head_q8 is None else self.weights.head_q8
         ids = self._check_ids(token_subset)
         lanes = kernels.isa_lanes()
         key = (ids.tobytes(), lanes)     # the chunks' width is the SIMD level's, as for chunked_head
@@ -429,13 +430,19 @@ def model_from_tensors(config: dict | TextConfig, tensors: dict[str, np.ndarray]
     return Model(cfg, weights_from_arrays(cfg, tensors, sparse), mode, tokenizer=tokenizer)
 
 
-def load_model(path: str | Path, mode: str = "fp32", sparse: bool = True) -> Model:
+def load_model(path: str | Path, mode: str = "fp32", sparse: bool = True, quant: str | None = None,
+               keep_layers: Collection[int] = (), progress: Callable[[int, int], None] | None = None) -> Model:
     """Load a Qwen3.5 checkpoint directory: config, weights (memory-mapped, checked before use), and the
-    tokenizer when tokenizer.json is present (else model.tokenizer is None)."""
+    tokenizer when tokenizer.json is present (else model.tokenizer is None). quant="int8": the dense
+    matrices of the layers outside keep_layers and the LM head quantized to Q8 at load
+    (weights.quantize_weights; progress(done, total) per layer)."""
     from .tokenizer import load_tokenizer
 
     check_mode(mode)
+    check_quant(quant)
     path = Path(path)
     config = load_config(path)
     weights = load_weights(path, config, sparse=sparse)
+    if quant is not None:
+        weights = quantize_weights(weights, keep_layers, progress)
     return Model(config, weights, mode, tokenizer=load_tokenizer(path), path=path)

@@ -21,7 +21,8 @@ import numpy as np
 from qgpu_min._core import ffi, lib
 from qgpu_min.model.bf16 import round_bf16 as _round_bf16_numpy
 from qgpu_min.model.kernels_ref import (  # noqa: F401  (re-exported: same API as kernels_ref)
-    SPARSE_MAX_DENSITY, ChunkedBF16, KernelInputError, SparseBF16, SparseMlp, count_nonzero_bf16, maybe_sparse)
+    Q8_BLOCK, SPARSE_MAX_DENSITY, ChunkedBF16, KernelInputError, QuantQ8, SparseBF16, SparseMlp, count_nonzero_bf16,
+    maybe_sparse)
 from qgpu_min.model.kernels_ref import describe_arg
 
 ISA_NAMES = ("generic", "avx2", "avx512")
@@ -102,10 +103,15 @@ def _floats(a: np.ndarray) -> object:
 # Products.
 
 
-def matvec_bf16(w_bits: np.ndarray | SparseBF16, x: np.ndarray) -> np.ndarray:
-    """y = W x: W bf16 [out, in] (dense uint16 bits or SparseBF16), x f32 [in] -> f32 [out]."""
+Weight = np.ndarray | SparseBF16 | QuantQ8  # what the products take: dense bf16 bits, CSR, or Q8
+
+
+def matvec_bf16(w_bits: Weight, x: np.ndarray) -> np.ndarray:
+    """y = W x: W bf16 [out, in] (dense uint16 bits or SparseBF16, or a QuantQ8), x f32 [in] -> f32 [out]."""
     if isinstance(w_bits, SparseBF16):
         return sparse_matvec(w_bits, x)
+    if isinstance(w_bits, QuantQ8):
+        return matvec_bf16_multi([w_bits], x)[0]
     w = _weight("matvec_bf16", w_bits)
     out, n_in = w.shape
     x = _activation("matvec_bf16", "x", x, (n_in,))
@@ -114,10 +120,12 @@ def matvec_bf16(w_bits: np.ndarray | SparseBF16, x: np.ndarray) -> np.ndarray:
     return y
 
 
-def matmul_bf16(w_bits: np.ndarray | SparseBF16, x: np.ndarray) -> np.ndarray:
-    """Y = X W^T: W bf16 [out, in] (dense uint16 bits or SparseBF16), X f32 [n, in] -> f32 [n, out]."""
+def matmul_bf16(w_bits: Weight, x: np.ndarray) -> np.ndarray:
+    """Y = X W^T: W bf16 [out, in] (dense uint16 bits or SparseBF16, or a QuantQ8), X f32 [n, in] -> f32 [n, out]."""
     if isinstance(w_bits, SparseBF16):
         return sparse_matmul(w_bits, x)
+    if isinstance(w_bits, QuantQ8):
+        return matmul_bf16_multi([w_bits], x)[0]
     w = _weight("matmul_bf16", w_bits)
     out, n_in = w.shape
     x = _activation("matmul_bf16", "x", x, (None, n_in))
@@ -127,14 +135,14 @@ def matmul_bf16(w_bits: np.ndarray | SparseBF16, x: np.ndarray) -> np.ndarray:
     return y
 
 
-def matmul_bf16_multi(ws: Sequence[np.ndarray | SparseBF16], x: np.ndarray) -> list[np.ndarray]:
+def matmul_bf16_multi(ws: Sequence[Weight], x: np.ndarray) -> list[np.ndarray]:
     """[matmul_bf16(w, x) for w in ws], bit for bit, with the dense weights in one parallel dispatch (fewer
     thread wake-ups when several projections read the same input): X f32 [n, in] -> [f32 [n, out_j]]."""
     n_in = _multi_width("matmul_bf16_multi", ws)
     return _multi(ws, _activation("matmul_bf16_multi", "x", x, (None, n_in)))
 
 
-def matvec_bf16_multi(ws: Sequence[np.ndarray | SparseBF16], x: np.ndarray) -> list[np.ndarray]:
+def matvec_bf16_multi(ws: Sequence[Weight], x: np.ndarray) -> list[np.ndarray]:
     """[matvec_bf16(w, x) for w in ws], bit for bit, with the dense weights in one parallel dispatch:
     x f32 [in] -> [f32 [out_j]]. For decode, e.g. in_proj_qkv/z/b/a, gate/up, or q/k/v on one input."""
     n_in = _multi_width("matvec_bf16_multi", ws)
@@ -145,9 +153,10 @@ def _multi_width(fn: str, ws: object) -> int:
     """The shared input width of ws, every weight checked before anything is computed."""
     if not isinstance(ws, (list, tuple)) or not ws:
         raise KernelInputError(f"{fn}: ws must be a non-empty list of weights, got {describe_arg(ws)}")
-    n_in = ws[0].shape[1] if isinstance(ws[0], (np.ndarray, SparseBF16)) and len(ws[0].shape) == 2 else None
+    n_in = ws[0].shape[1] if isinstance(ws[0], (np.ndarray, SparseBF16, QuantQ8)) and len(ws[0].shape) == 2 \
+        else None
     for j, w in enumerate(ws):
-        if not isinstance(w, SparseBF16):
+        if not isinstance(w, (SparseBF16, QuantQ8)):
             _weight(fn, w, f"ws[{j}]")
         if w.shape[1] != n_in:
             raise KernelInputError(f"{fn}: ws[{j}] has {w.shape[1]} input columns, ws[0] has {n_in}; "
@@ -155,9 +164,9 @@ def _multi_width(fn: str, ws: object) -> int:
     return n_in
 
 
-def _multi(ws: Sequence[np.ndarray | SparseBF16], x: np.ndarray) -> list[np.ndarray]:
-    """The products of checked weights; the dense ones' results are views of one buffer, which the C call
-    fills in groups of up to QGPU_MAX_MULTI matrices."""
+def _multi(ws: Sequence[Weight], x: np.ndarray) -> list[np.ndarray]:
+    """The products of checked weights; the dense ones' (bf16 and Q8) results are views of one buffer, which
+    the C call fills in groups of up to QGPU_MAX_MULTI matrices."""
     n, n_in = x.shape
     dense = [w for w in ws if not isinstance(w, SparseBF16)]
     buf = np.empty(n * sum(w.shape[0] for w in dense), np.float32)
@@ -171,11 +180,36 @@ def _multi(ws: Sequence[np.ndarray | SparseBF16], x: np.ndarray) -> list[np.ndar
     step, offset = lib.QGPU_MAX_MULTI, 0
     for g in range(0, len(dense) if n else 0, step):
         group = dense[g:g + step]
-        lib.qgpu_matmul_bf16_multi([ffi.from_buffer("uint16_t[]", w) for w in group],
-                                   [w.shape[0] for w in group], len(group), n_in, _floats(x), n,
-                                   _floats(buf[offset:]))
+        matrices = ffi.new("qgpu_matrix[]", len(group))
+        keep = []  # the buffers the C structs point into, alive until the call returns
+        for m, w in zip(matrices, group):
+            if isinstance(w, QuantQ8):
+                keep += [ffi.from_buffer("int8_t[]", w.q), ffi.from_buffer("float[]", w.scales)]
+                m.q, m.scales = keep[-2], keep[-1]
+            else:
+                keep.append(ffi.from_buffer("uint16_t[]", w))
+                m.w = keep[-1]
+            m.out = w.shape[0]
+        lib.qgpu_matmul_multi(matrices, len(group), n_in, _floats(x), n, _floats(buf[offset:]))
         offset += n * sum(w.shape[0] for w in group)
     return ys
+
+
+def quantize_q8(w_bits: np.ndarray) -> QuantQ8:
+    """kernels_ref.quantize_q8 in C, bit for bit, in parallel over rows (a model's matrices at load)."""
+    w = _weight("quantize_q8", w_bits)
+    out, n_in = w.shape
+    if n_in % Q8_BLOCK:
+        raise KernelInputError(f"quantize_q8: {n_in} columns are not a multiple of the block of {Q8_BLOCK}")
+    q = np.empty((out, n_in), np.int8)
+    scales = np.empty((out, n_in // Q8_BLOCK), np.float32)
+    if q.size:
+        lib.qgpu_quantize_q8(ffi.from_buffer("uint16_t[]", w), out, n_in, ffi.from_buffer("int8_t[]", q),
+                             _floats(scales))
+    bad = np.flatnonzero(~np.isfinite(scales).all(axis=1))
+    if bad.size:
+        raise KernelInputError(f"quantize_q8: row {int(bad[0])} holds a non-finite weight")
+    return QuantQ8(q, scales)
 
 
 def _sparse(fn: str, w: object) -> SparseBF16:

@@ -199,20 +199,99 @@ class ChunkedBF16:
         return np.ascontiguousarray(full.reshape(out, -1)[:, :n_in])
 
 
+Q8_BLOCK = 32  # columns per scale of a Q8 matrix
+
+
+@dataclass(frozen=True)
+class QuantQ8:
+    """A dense matrix [out, in] quantized to int8 with one float32 scale per block of Q8_BLOCK columns of a
+    row, like llama.cpp's Q8_0: W[r, k] ~ q[r, k] * scales[r, k // Q8_BLOCK]. `in` is a multiple of Q8_BLOCK.
+    Built by quantize_q8; half the bytes of bf16 (plus 1/8 for the scales) for a decode step to read."""
+
+    q: np.ndarray       # int8 [out, in]
+    scales: np.ndarray  # float32 [out, in // Q8_BLOCK]
+
+    def __post_init__(self) -> None:
+        q, s = self.q, self.scales
+        for name, arr, dtype in (("q", q, np.int8), ("scales", s, np.float32)):
+            if not isinstance(arr, np.ndarray) or arr.dtype != dtype or arr.ndim != 2 or not arr.flags.c_contiguous:
+                raise KernelInputError(f"QuantQ8.{name} must be a contiguous 2-D {np.dtype(dtype)} array, "
+                                       f"got {describe_arg(arr)}")
+        if q.shape[1] % Q8_BLOCK or s.shape != (q.shape[0], q.shape[1] // Q8_BLOCK):
+            raise KernelInputError(f"QuantQ8: q {q.shape} and scales {s.shape} do not describe blocks of "
+                                   f"{Q8_BLOCK} columns")
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.q.shape
+
+    @property
+    def nbytes(self) -> int:
+        return self.q.nbytes + self.scales.nbytes
+
+    def dequantize(self) -> np.ndarray:
+        """The float32 matrix the quantized weights stand for."""
+        out, n_in = self.shape
+        return (self.q.reshape(out, -1, Q8_BLOCK) * self.scales[:, :, None]).reshape(out, n_in)
+
+
+def quantize_q8(w_bits: np.ndarray) -> QuantQ8:
+    """Q8 of a bf16 matrix [out, in] (in a multiple of Q8_BLOCK, every value finite), block by block: where a
+    power-of-two scale makes every value of the block an integer in [-127, 127] it is used, and the block is
+    exact (zeros, small integers, a circuit's values); otherwise scale = max|w| / 127 and q = round(w / scale)."""
+    if not isinstance(w_bits, np.ndarray) or w_bits.dtype != np.uint16 or w_bits.ndim != 2:
+        raise KernelInputError(f"quantize_q8 needs a 2-D uint16 array of bf16 bits, got {describe_arg(w_bits)}")
+    out, n_in = w_bits.shape
+    if n_in % Q8_BLOCK:
+        raise KernelInputError(f"quantize_q8: {n_in} columns are not a multiple of the block of {Q8_BLOCK}")
+    q = np.empty((out, n_in), np.int8)
+    scales = np.empty((out, n_in // Q8_BLOCK), np.float32)
+    rows = _chunk_rows(w_bits)
+    for r0 in range(0, out, rows):  # row chunks: a large mapped matrix is never widened whole
+        v = bf16_to_f32(w_bits[r0:r0 + rows]).reshape(-1, n_in // Q8_BLOCK, Q8_BLOCK)
+        if not np.isfinite(v).all():
+            raise KernelInputError(f"quantize_q8: row {r0 + int(np.flatnonzero(~np.isfinite(v).all(axis=(1, 2)))[0])} "
+                                   f"holds a non-finite weight")
+        amax = np.abs(v).max(axis=2)
+        mant, exp2 = np.frexp(amax / np.float32(127))         # amax / 127 = mant * 2^exp2, mant in [0.5, 1)
+        pow2 = np.ldexp(np.float32(1), exp2 - (mant == 0.5)).astype(np.float32)  # smallest 2^e >= amax / 127
+        on_grid = v / pow2[..., None]
+        exact = (on_grid == np.rint(on_grid)).all(axis=2)
+        scale = np.where(exact, pow2, amax / np.float32(127)).astype(np.float32)
+        scale[amax == 0] = 0
+        safe = np.where(scale == 0, np.float32(1), scale)[..., None]
+        q[r0:r0 + rows] = np.clip(np.rint(v / safe), -127, 127).astype(np.int8).reshape(-1, n_in)
+        scales[r0:r0 + rows] = scale
+    return QuantQ8(q, scales)
+
+
+def matmul_q8(w: QuantQ8, x: np.ndarray) -> np.ndarray:
+    """Y = X @ W.T for a Q8 matrix: sum over blocks of scale * (sum of q * x), in float64 (the C kernel's value
+    up to fp32 summation error)."""
+    out, n_in = w.shape
+    blocks = x.astype(np.float64).reshape(x.shape[0], 1, -1, Q8_BLOCK) * w.q.reshape(1, out, -1, Q8_BLOCK)
+    return (blocks.sum(axis=3) * w.scales[None].astype(np.float64)).sum(axis=2)
+
+
 def chunked_matvec(w: ChunkedBF16, x: np.ndarray) -> np.ndarray:
     """matvec_bf16 of the matrix the chunks came from (the zero chunks add nothing): f32 [out]."""
     return matvec_bf16(w.to_dense(), x)
 
 
-def matvec_bf16(w_bits: np.ndarray | SparseBF16, x: np.ndarray) -> np.ndarray:
-    """y[o] = sum_i W[o, i] * x[i]: W bf16 [out, in] (dense bits or SparseBF16), x f32 [in] -> f32 [out]."""
+def matvec_bf16(w_bits: np.ndarray | SparseBF16 | QuantQ8, x: np.ndarray) -> np.ndarray:
+    """y[o] = sum_i W[o, i] * x[i]: W bf16 [out, in] (dense bits or SparseBF16, or a QuantQ8), x f32 [in] ->
+    f32 [out]."""
+    if isinstance(w_bits, QuantQ8):
+        return matmul_q8(w_bits, x[None])[0]
     if isinstance(w_bits, SparseBF16):
         return sparse_matvec(w_bits, x)
     return bf16_to_f32(w_bits) @ x
 
 
-def matmul_bf16(w_bits: np.ndarray | SparseBF16, x: np.ndarray) -> np.ndarray:
-    """Y = X @ W.T: W bf16 [out, in] (dense bits or SparseBF16), X f32 [n, in] -> f32 [n, out]."""
+def matmul_bf16(w_bits: np.ndarray | SparseBF16 | QuantQ8, x: np.ndarray) -> np.ndarray:
+    """Y = X @ W.T: W bf16 [out, in] (dense bits or SparseBF16, or a QuantQ8), X f32 [n, in] -> f32 [n, out]."""
+    if isinstance(w_bits, QuantQ8):
+        return matmul_q8(w_bits, x)
     if isinstance(w_bits, SparseBF16):
         return sparse_matmul(w_bits, x)
     return x @ bf16_to_f32(w_bits).T

@@ -6,7 +6,8 @@ float32 once at load.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -114,12 +115,15 @@ def _is_mostly_zero(w: np.ndarray) -> bool:
 @dataclass
 class Weights:
     """embed/lm_head: uint16 [V, H] (the same array when tied); final_norm f32; layers[i]: short name ->
-    array (matrices: uint16 bits or kernels.SparseBF16; vectors: f32)."""
+    array (matrices: uint16 bits, kernels.SparseBF16, or kernels.QuantQ8 after quantize_weights; vectors:
+    f32). head_q8: the LM head as Q8 when quantized (the full-vocabulary logits read it; a token subset's
+    logits, like a launch's, still read lm_head's exact rows)."""
     embed: np.ndarray
     lm_head: np.ndarray
     final_norm: np.ndarray
     layers: list[dict[str, object]]
     files: MappedFiles | None  # keeps the memory maps of a loaded checkpoint open
+    head_q8: kernels.QuantQ8 | None = None
 
 
 # checkpoint suffix -> short name used by the forward pass
@@ -206,3 +210,38 @@ def weights_from_arrays(cfg: TextConfig, tensors: dict[str, np.ndarray], sparse:
     text = _without_tied_copy(text, dtypes, cfg)
     check_tensors({n: (dtypes[n], a.shape) for n, a in text.items()}, cfg)
     return build_weights(cfg, {n: np.ascontiguousarray(a) for n, a in text.items()}, sparse)
+
+
+QUANTS = ("int8",)  # the --quant choices; int8 is Q8 (kernels.QuantQ8)
+
+
+def check_quant(quant: str | None) -> None:
+    if quant is not None and quant not in QUANTS:
+        raise CheckpointError(f"quant must be one of {', '.join(QUANTS)} (or none), not {quant!r}")
+
+
+def quantize_weights(w: Weights, keep_layers: Collection[int] = (),
+                     progress: Callable[[int, int], None] | None = None) -> Weights:
+    """The same model with every dense matrix of the layers outside keep_layers, and the LM head, as Q8
+    (kernels.quantize_q8): about half the bytes per decoded token. CSR matrices (circuit layers), vectors,
+    the embedding (one row read per token) and every matrix of keep_layers stay as they are, bit for bit, so
+    a merged checkpoint's GPU layers (pass them as keep_layers) and its launch logits stay exact.
+    progress(done, total) is called after each layer."""
+    def q8(a: object) -> object:
+        if not (isinstance(a, np.ndarray) and a.dtype == np.uint16 and a.ndim == 2) or a.shape[1] % kernels.Q8_BLOCK:
+            return a
+        quantized = kernels.quantize_q8(a)
+        if w.files is not None:
+            w.files.release(a)  # not read whole again (the embedding's rows, read one per token, map back in)
+        return quantized
+
+    keep = set(keep_layers)
+    layers = []
+    for i, layer in enumerate(w.layers):
+        layers.append(layer if i in keep else {name: q8(a) for name, a in layer.items()})
+        if progress:
+            progress(i + 1, len(w.layers) + 1)
+    head = q8(w.lm_head)
+    if progress:
+        progress(len(w.layers) + 1, len(w.layers) + 1)
+    return replace(w, layers=layers, head_q8=head if isinstance(head, kernels.QuantQ8) else None)
