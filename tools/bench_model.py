@@ -4,11 +4,14 @@
     python tools/bench_model.py                          # 24 layers, synthetic checkpoint in /tmp (reused)
     python tools/bench_model.py --layers 4 --no-hf       # quick
     python tools/bench_model.py --model DIR              # any checkpoint directory (e.g. the fetched model)
+    python tools/bench_model.py --int8 --rounds 2 --no-hf # ours bf16 against ours --quant int8, interleaved
 
 One run measures, each in its own process (so peak RSS is each side's own):
   ours: prefill tokens/s, decode tokens/s, and the machine's memory-copy bandwidth (NumPy copy, counted
         as bytes read + written, best of single- and multi-threaded); the floor is the weight bytes a
         decoded token reads (every layer matrix, the norms, the LM head, the embedding row) / bandwidth.
+  ours int8 (--int8): the same with the checkpoint quantized at load (--quant int8); its floor is its own
+        (Q8 bytes). With --rounds R the ours workers alternate R times; the table shows each one's best round.
   transformers: the same prompt and decode count through Qwen3_5ForCausalLM on CPU, in fp32 when the free
         memory allows it (bf16 otherwise, which torch runs much slower on CPU; the table says which).
 The synthetic checkpoint comes from qgpu_min.model.synthetic.write_synthetic_checkpoint (published format,
@@ -69,14 +72,18 @@ def copy_bandwidth(nbytes: int = 1 << 29, repeats: int = 5) -> dict[str, float]:
 def _nbytes(w) -> int:
     if isinstance(w, np.ndarray):
         return w.nbytes
+    if hasattr(w, "scales"):
+        return w.nbytes                                                            # Q8: int8 weights + scales
     return sum(getattr(w, a).nbytes for a in ("indptr", "indices", "values"))  # CSR sparse matrix
 
 
 def decode_bytes(model) -> int:
-    """Weight bytes one decoded token reads: all layer tensors, final norm, LM head, one embedding row."""
+    """Weight bytes one decoded token reads: all layer tensors, final norm, LM head (its Q8 form when
+    quantized), one embedding row."""
     w = model.weights
     layers = sum(_nbytes(t) for layer in w.layers for t in layer.values())
-    return layers + _nbytes(w.final_norm) + _nbytes(w.lm_head) + w.embed.shape[1] * w.embed.itemsize
+    head = w.lm_head if w.head_q8 is None else w.head_q8
+    return layers + _nbytes(w.final_norm) + _nbytes(head) + w.embed.shape[1] * w.embed.itemsize
 
 
 def _prompt(vocab: int, n: int, seed: int) -> list[int]:
@@ -87,11 +94,12 @@ def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
-def worker_ours(path: str, prompt_len: int, n_decode: int, warmup: int, seed: int, paired: int) -> dict:
+def worker_ours(path: str, prompt_len: int, n_decode: int, warmup: int, seed: int, paired: int,
+                quant: str | None = None) -> dict:
     from qgpu_min.model import load_model
 
     t = time.perf_counter()
-    model = load_model(path, "fp32")
+    model = load_model(path, "fp32", quant=quant)
     load_s = time.perf_counter() - t
     prompt = _prompt(model.config.vocab_size, prompt_len, seed)
     for _ in range(warmup):  # page the mapped weights in and warm the caches, on a throwaway state
@@ -260,6 +268,27 @@ def table(ours: dict, hf: dict | None, hf_note: str, args: argparse.Namespace, p
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
+def int8_table(ours: dict, q8: dict, runs: dict) -> str:
+    """ours bf16 against ours --quant int8: each one's best round, per-round decode tok/s, and the ratios."""
+    bw = ours["bandwidth"]["best"]
+    rows = [("", "ours (bf16 weights)", "ours --quant int8", "int8 / bf16"),
+            ("weights read per decoded token", f"{ours['bytes_per_token'] / GB:.3f} GB",
+             f"{q8['bytes_per_token'] / GB:.3f} GB", f"{q8['bytes_per_token'] / ours['bytes_per_token']:.2f}x"),
+            ("load", f"{ours['load_s']:.1f} s", f"{q8['load_s']:.1f} s", ""),
+            ("prefill", f"{ours['prefill_tok_s']:.1f} tok/s", f"{q8['prefill_tok_s']:.1f} tok/s",
+             f"{q8['prefill_tok_s'] / ours['prefill_tok_s']:.2f}x"),
+            ("decode (best round)", f"{ours['decode_tok_s']:.2f} tok/s", f"{q8['decode_tok_s']:.2f} tok/s",
+             f"{q8['decode_tok_s'] / ours['decode_tok_s']:.2f}x"),
+            ("decode per round", " ".join(f"{r['decode_tok_s']:.2f}" for r in runs["ours"]),
+             " ".join(f"{r['decode_tok_s']:.2f}" for r in runs["ours int8"]), ""),
+            ("decode time / own floor (mean)", f"{1e3 / ours['decode_tok_s'] / (1e3 * ours['bytes_per_token'] / bw):.2f}x",
+             f"{1e3 / q8['decode_tok_s'] / (1e3 * q8['bytes_per_token'] / bw):.2f}x", ""),
+            ("decode / own floor, paired (median, best)", _paired(ours), _paired(q8), ""),
+            ("peak RSS", f"{ours['peak_rss'] / GB:.2f} GB", f"{q8['peak_rss'] / GB:.2f} GB", "")]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", help="checkpoint directory to benchmark (default: a synthetic 2B-shape one)")
@@ -272,6 +301,9 @@ def main() -> int:
                     help="extra decode steps, each timed right after a bandwidth measurement (default 8)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-hf", action="store_true", help="skip transformers")
+    ap.add_argument("--int8", action="store_true", help="also run ours with --quant int8")
+    ap.add_argument("--rounds", type=int, default=1, help="alternate the ours workers this many times (best kept)")
+    ap.add_argument("--quant", choices=("int8",), help=argparse.SUPPRESS)
     ap.add_argument("--hf-dtype", choices=("auto", "float32", "bfloat16"), default="auto")
     ap.add_argument("--json", type=Path, help="also write the raw numbers here")
     ap.add_argument("--worker", choices=("ours", "hf", "bandwidth"), help=argparse.SUPPRESS)
@@ -280,7 +312,7 @@ def main() -> int:
 
     if args.worker == "ours":
         print(RESULT + json.dumps(worker_ours(args.model, args.prompt_len, args.decode, args.warmup, args.seed,
-                                              args.paired)))
+                                              args.paired, args.quant)))
         return 0
     if args.worker == "bandwidth":
         print(RESULT + json.dumps(copy_bandwidth()))
@@ -294,10 +326,18 @@ def main() -> int:
     args.load_at_start = os.getloadavg()[0]  # other work on the machine skews every number below
     # Bandwidth in its own process (its buffers must not count in our peak RSS), just before and just after
     # ours, best kept: other load on the machine only lowers it, and a higher bandwidth is a stricter floor.
-    before = run_worker("bandwidth", args, path)
-    ours = run_worker("ours", args, path)
-    after = run_worker("bandwidth", args, path)
-    ours["bandwidth"] = {k: max(before[k], after[k]) for k in before}
+    bands = [run_worker("bandwidth", args, path)]
+    runs: dict[str, list[dict]] = {"ours": [], "ours int8": []}
+    for _ in range(max(1, args.rounds)):
+        runs["ours"].append(run_worker("ours", args, path))
+        if args.int8:
+            runs["ours int8"].append(run_worker("ours", args, path, "--quant", "int8"))
+        bands.append(run_worker("bandwidth", args, path))
+    bandwidth = {k: max(b[k] for b in bands) for k in bands[0]}
+    best = {name: max(r, key=lambda x: x["decode_tok_s"]) for name, r in runs.items() if r}
+    for result in best.values():
+        result["bandwidth"] = bandwidth
+    ours, q8 = best["ours"], best.get("ours int8")
     hf, note = None, "not run (--no-hf)"
     if not args.no_hf:
         try:
@@ -311,12 +351,15 @@ def main() -> int:
             if dtype is not None:
                 hf = run_worker("hf", args, path, "--dtype", dtype)
     print(table(ours, hf, note, args, path))
+    if q8 is not None:
+        print(int8_table(ours, q8, runs))
     if hf is None:
         print(f"transformers: {note}")
     elif args.hf_dtype == "auto":
         print(f"transformers dtype: {hf['dtype']} ({note})")
     if args.json:
-        args.json.write_text(json.dumps({"ours": ours, "transformers": hf, "transformers_note": note,
+        args.json.write_text(json.dumps({"ours": ours, "ours_int8": q8, "rounds": runs, "transformers": hf,
+                                         "transformers_note": note,
                                          "checkpoint": str(path), "prompt_len": args.prompt_len,
                                          "decode": args.decode}, indent=1))
     return 0
