@@ -23,6 +23,7 @@ _EXPORTS = {
     "compile": (".host.launch", "compile_kernel"),
     "compile_kernel": (".host.launch", "compile_kernel"),
     "launch": (".host.launch", "launch"),
+    "launch_many": (".host.launch", "launch_many"),
     "CompiledKernel": (".host.launch", "CompiledKernel"),
     "LaunchResult": (".host.launch", "LaunchResult"),
     "QgpuError": (".errors", "QgpuError"),

@@ -254,3 +254,15 @@ def test_dot_through_the_merged_model_quantized_to_int8_exact_under_check(built,
     assert all("QuantQ8" not in kinds[i] for i in gpu)
     assert all(kinds[i] == {"QuantQ8"} for i in range(gpu.stop, len(kinds)))
     assert isinstance(weights.head_q8, QuantQ8)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("quant", [None, "int8"])
+def test_launches_through_the_merged_model_decode_together_as_they_run_alone(built, quant):
+    from qgpu_min.host.launch import compile_kernel, launch, launch_many
+    k = compile_kernel(ROOT / "examples" / "dot.cu")
+    sets = [[[1, 2, 3], [4, 5, 6], [0], 3], [[7, -8], [1, 1], [0], 2], [[2, 2, 2, 2], [3, 3, 3, -3], [0], 4]]
+    together = launch_many(k, sets, block=(4, 1), backend="model", model=str(built), quant=quant)
+    alone = [launch(k, a, block=(4, 1), backend="model", model=str(built), quant=quant) for a in sets]
+    assert [r.arrays["out"].tolist() for r in together] == [[32], [-1], [12]]
+    assert [r.extra["trace"]["generated_ids"] for r in together] == [r.extra["trace"]["generated_ids"] for r in alone]

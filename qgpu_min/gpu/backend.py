@@ -9,6 +9,8 @@ every generated token and, at every step, registers and memory are compared with
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
@@ -19,6 +21,7 @@ from ..machine.isa import DEFAULT_STEP_LIMIT
 from .layout import GpuSpec
 from .model import TooManyTokens, current_cta
 from .model import run_launch as run_model
+from .model import run_launches as run_models
 from .program import block_format as _block_format
 from .program import check_supported, launch_shape, prompt_parts
 from .vocab import Token, token_name
@@ -80,10 +83,35 @@ def run_launch_model(program: Program, memory: list[int], grid: tuple[int, int],
     """The launch through a merged checkpoint (`model`: its folder), every Qwen layer included; quant="int8":
     its Qwen layers quantized at load (the GPU's layers stay exact)."""
     _checked_options("model", mode, options, "model, mode, quant, check, trace and progress")
-    if not model:
-        raise LaunchError("backend 'model' needs the merged checkpoint's folder (--model DIR, from `qgpu-min build`)")
     grid, block = launch_shape(grid, block, SPEC)
     check_supported(program, SPEC)
+    return _launch(_merged(model, quant, progress), program, memory, grid, block, step_limit, mode, check, trace)
+
+
+def run_launches_model(launches: list[tuple[Program, list[int]]], grid: tuple[int, int], block: tuple[int, int],
+                       step_limit: int | None, model: str | None = None, mode: str = "fp32",
+                       progress: Callable[[str], None] | None = None, quant: str | None = None,
+                       **options: Any) -> list[BackendRun]:
+    """Several launches (a bound program and a memory image each) through a merged checkpoint, decoded
+    together (model.run_launches: one pass over the weights per step for all of them); each result is the
+    one run_launch_model gives for that launch alone."""
+    _checked_options("model", mode, options, "model, mode, quant and progress (a batch is not checked or traced)")
+    grid, block = launch_shape(grid, block, SPEC)
+    for program, _ in launches:
+        check_supported(program, SPEC)
+    cg = _merged(model, quant, progress)
+    parts = [prompt_parts(program, memory, block, SPEC, grid) for program, memory in launches]
+    with _step_limit_named(step_limit):
+        runs = run_models(cg, [load + rest for load, rest in parts], mode, _token_limit(step_limit, grid),
+                          [len(load) for load, _ in parts])
+    return [_backend_run(cg, load + rest, run, memory, mode, False)
+            for (load, rest), run, (_, memory) in zip(parts, runs, launches)]
+
+
+def _merged(model: str | None, quant: str | None, progress: Callable[[str], None] | None):
+    """The merged checkpoint in `model`, loaded once per process (and per quant)."""
+    if not model:
+        raise LaunchError("backend 'model' needs the merged checkpoint's folder (--model DIR, from `qgpu-min build`)")
     if quant not in (None, "int8"):
         raise LaunchError(f"quant {quant!r}: choose int8 (or none)")
     key = (str(Path(model).resolve()), quant)
@@ -92,35 +120,52 @@ def run_launch_model(program: Program, memory: list[int], grid: tuple[int, int],
         if progress is not None:
             progress(f"loading the merged checkpoint {model}{' (Qwen layers quantized to int8)' if quant else ''} ...")
         _MERGED[key] = load_merged(model, SPEC, quant)
-    return _launch(_MERGED[key], program, memory, grid, block, step_limit, mode, check, trace)
+    return _MERGED[key]
+
+
+def _token_limit(step_limit: int | None, grid: tuple[int, int]) -> int:
+    """Generated tokens a launch may take: the step limit's warp steps at their most tokens, plus CTA tokens."""
+    return (step_limit or DEFAULT_STEP_LIMIT) * LANES * TOKENS_PER_LANE_STEP + grid[0] * grid[1] * SPEC.warps + 1
+
+
+@contextmanager
+def _step_limit_named(step_limit: int | None) -> Iterator[None]:
+    """The model running past the token limit, reported as the step limit, where the model was."""
+    try:
+        yield
+    except TooManyTokens as e:
+        raise StepLimitError(f"{getattr(e, 'in_batch', '')}"
+                             f"the launch did not halt within the step limit of {step_limit or DEFAULT_STEP_LIMIT} "
+                             f"warp steps: the model was at block B{e.block}, warp {e.warp}, lane {e.lane} "
+                             f"(CTA {e.cta})", e.block) from None
 
 
 def _launch(cg, program: Program, memory: list[int], grid: tuple[int, int], block: tuple[int, int],
             step_limit: int | None, mode: str, check: bool, trace: Callable[[str], None] | None) -> BackendRun:
     """Tokenize, let the model generate the run (checked token by token when asked), decode the result."""
-    spec = SPEC
-    load, rest = prompt_parts(program, memory, block, spec, grid)
-    toks = load + rest
-    ctas = grid[0] * grid[1]
-    limit = (step_limit or DEFAULT_STEP_LIMIT) * LANES * TOKENS_PER_LANE_STEP + ctas * spec.warps + 1
+    load, rest = prompt_parts(program, memory, block, SPEC, grid)
     checker = None
     if check:
         from .check import Checker, expected_tokens
-        checker = Checker(cg, expected_tokens(program, memory, block, spec, step_limit, grid))
+        checker = Checker(cg, expected_tokens(program, memory, block, SPEC, step_limit, grid))
 
     def on_token(i: int, t: Token, state) -> None:
         if trace is not None:
             trace(token_name(t))
         if checker is not None:
             checker(i, t, state)
-    try:
+    with _step_limit_named(step_limit):
         # --check also checks that the model's argmax over its whole vocabulary is the GPU token the protocol
         # prescribes (without it a merged checkpoint's launch reads only the GPU's rows of the LM head)
-        run = run_model(cg, toks, mode, max_generated=limit, on_token=on_token, load_len=len(load), full_vocab=check)
-    except TooManyTokens as e:
-        raise StepLimitError(f"the launch did not halt within the step limit of {step_limit or DEFAULT_STEP_LIMIT} "
-                             f"warp steps: the model was at block B{e.block}, warp {e.warp}, lane {e.lane} "
-                             f"(CTA {e.cta})", e.block)
+        run = run_model(cg, load + rest, mode, max_generated=_token_limit(step_limit, grid), on_token=on_token,
+                        load_len=len(load), full_vocab=check)
+    return _backend_run(cg, load + rest, run, memory, mode, check)
+
+
+def _backend_run(cg, toks: list[Token], run, memory: list[int], mode: str, check: bool) -> BackendRun:
+    """The launch's result from the model's run: a fault token is an error naming where; else the data memory
+    read from the state, the token counts and the trace."""
+    spec = SPEC
     last = next((t for t in reversed(run.generated) if t[0] == "exec"), None)
     if run.generated[-1][0] == "fault":
         where = (f"block B{last[1]}, lane {last[2]} of warp {last[3]} in CTA {current_cta(run.generated)}" if last
@@ -138,3 +183,4 @@ def _launch(cg, program: Program, memory: list[int], grid: tuple[int, int], bloc
 
 run_launch.block_format = lambda: _block_format(SPEC)     # launch() lowers kernels for this format
 run_launch_model.block_format = run_launch.block_format
+run_launch_model.many = run_launches_model    # launch_many's batch form (host/launch.py)

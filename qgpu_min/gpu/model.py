@@ -162,29 +162,80 @@ def run_launch(cg: CompiledGpu | MergedGpu, prompt: list[Token], mode: str = "fp
     where it is over the whole vocabulary and a text token that wins is an error (--check asks for this);
     the circuit-only model has only GPU tokens."""
     model = cg.model(mode)
-    ids = [cg.token_id(t) for t in prompt]
     subset = None if full_vocab else getattr(cg, "launch_ids", None)
-    state, reused = load_state(cg, model, mode, ids[:load_len]) if load_len else (model.new_state(), 0)
-    logits = model.prefill(state, ids[load_len:], token_subset=subset)
+    state, reused, logits = _start(cg, model, mode, prompt, load_len, subset)
     generated: list[Token] = []
     while True:
-        best = int(np.argmax(logits)) if subset is None else int(subset[np.argmax(logits)])
-        t = cg.token_at(best)
-        if t is None:
-            raise GpuLaunchError(f"generated token {len(generated)} is the text token id {best}, which the protocol "
-                                 f"does not allow during a launch")
-        generated.append(t)
-        if on_token is not None:
-            on_token(len(generated) - 1, t, state)
-        if t[0] in ("halt", "fault"):
+        _take(cg, logits, subset, generated)
+        if on_token is not None:   # before the protocol's checks: --check names a wrong token more precisely
+            on_token(len(generated) - 1, generated[-1], state)
+        if not _goes_on(generated, max_generated):
             break
-        if t[0] not in ("exec", "wa", "wb", "w3", "w1", "cta"):
-            raise GpuLaunchError(f"generated token {len(generated) - 1} is {token_name(t)}, which the protocol does "
-                                 f"not allow during a launch (tokens so far: "
-                                 f"{' '.join(token_name(x) for x in generated[-8:])})")
-        if len(generated) >= max_generated:
-            last = next((x for x in reversed(generated) if x[0] == "exec"), ("exec", 0, 0, 0, 0))
-            raise TooManyTokens(f"the launch did not halt within {max_generated} generated tokens", last[1], last[2],
-                                last[3], current_cta(generated))
-        logits = model.decode(state, cg.token_id(t), token_subset=subset)
+        logits = model.decode(state, cg.token_id(generated[-1]), token_subset=subset)
     return ModelRun(prompt, generated, row_words(read_rows(cg.data, state.recurrent)), reused)
+
+
+def run_launches(cg: CompiledGpu | MergedGpu, prompts: list[list[Token]], mode: str = "fp32",
+                 max_generated: int = 100000, load_lens: list[int] | None = None) -> list[ModelRun]:
+    """Several independent launches decoded together: every step feeds each unfinished launch's token
+    through one Model.decode_batch (one pass over the weights for the whole batch). Launch j's tokens and
+    memory are exactly run_launch's for prompts[j] alone (decode_batch's rows are decode's, bit for bit)."""
+    model = cg.model(mode)
+    subset = getattr(cg, "launch_ids", None)
+    load_lens = load_lens or [0] * len(prompts)
+    starts = [_start(cg, model, mode, p, n, subset) for p, n in zip(prompts, load_lens)]
+    states = [st for st, _, _ in starts]
+    generated: list[list[Token]] = [[] for _ in prompts]
+    active, logits = list(range(len(prompts))), [lg for _, _, lg in starts]
+    while active:
+        going = []
+        for row, j in enumerate(active):
+            try:
+                _take(cg, logits[row], subset, generated[j])
+                if _goes_on(generated[j], max_generated):
+                    going.append(j)
+            except GpuLaunchError as e:       # say which launch of the batch (the error keeps its type)
+                e.in_batch = f"launch {j} of {len(prompts)}: "
+                e.args = (f"{e.in_batch}{e}",)
+                raise
+        active = going
+        if active:
+            logits = model.decode_batch([states[j] for j in active], [cg.token_id(generated[j][-1]) for j in active],
+                                        token_subset=subset)
+    return [ModelRun(p, g, row_words(read_rows(cg.data, st.recurrent)), r)
+            for p, g, st, (_, r, _) in zip(prompts, generated, states, starts)]
+
+
+def _start(cg, model: Model, mode: str, prompt: list[Token], load_len: int, subset):
+    """A launch's state after its prompt (the load part taken up when kept), the prompt tokens taken up, and
+    the logits that choose its first generated token."""
+    ids = [cg.token_id(t) for t in prompt]
+    state, reused = load_state(cg, model, mode, ids[:load_len]) if load_len else (model.new_state(), 0)
+    return state, reused, model.prefill(state, ids[load_len:], token_subset=subset)
+
+
+def _take(cg, logits: np.ndarray, subset, generated: list[Token]) -> None:
+    """Append the GPU token the logits choose (argmax) to `generated`; a text token is an error."""
+    best = int(np.argmax(logits)) if subset is None else int(subset[np.argmax(logits)])
+    t = cg.token_at(best)
+    if t is None:
+        raise GpuLaunchError(f"generated token {len(generated)} is the text token id {best}, which the protocol "
+                             f"does not allow during a launch")
+    generated.append(t)
+
+
+def _goes_on(generated: list[Token], max_generated: int) -> bool:
+    """Whether the launch goes on after its last token; a token the protocol does not allow there, or too many
+    tokens, is an error."""
+    t = generated[-1]
+    if t[0] in ("halt", "fault"):
+        return False
+    if t[0] not in ("exec", "wa", "wb", "w3", "w1", "cta"):
+        raise GpuLaunchError(f"generated token {len(generated) - 1} is {token_name(t)}, which the protocol does "
+                             f"not allow during a launch (tokens so far: "
+                             f"{' '.join(token_name(x) for x in generated[-8:])})")
+    if len(generated) >= max_generated:
+        last = next((x for x in reversed(generated) if x[0] == "exec"), ("exec", 0, 0, 0, 0))
+        raise TooManyTokens(f"the launch did not halt within {max_generated} generated tokens", last[1], last[2],
+                            last[3], current_cta(generated))
+    return True

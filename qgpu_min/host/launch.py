@@ -421,6 +421,44 @@ def default_block(args: list, max_threads: int = MAX_THREADS_PER_CTA) -> tuple[i
     return min(max(sizes, default=1), max_threads), 1
 
 
+def _for_backend(kernel: CompiledKernel, backend: str, run_launch: BackendFn) -> CompiledKernel:
+    """The kernel lowered for the backend's block format, when it has its own."""
+    fmt = getattr(run_launch, "block_format", None)
+    if fmt is None:
+        return kernel
+    try:
+        return for_format(kernel, fmt() if callable(fmt) else fmt)
+    except CapacityError as e:      # say which target's limit it is: the interpreter would run it
+        why = annotate(str(e), kernel.ptx, kernel.source, kernel.source_name)
+        raise CapacityError(f"backend {backend!r} cannot run this kernel: {why} (its block format is not the "
+                            f"interpreter's: --backend interp may run it)") from None
+
+
+def launch_many(kernel: CompiledKernel, args_list: list[list], grid=(1, 1), block=None, backend: str = "interp",
+                step_limit: int | None = None, **backend_options: Any) -> list[LaunchResult]:
+    """The kernel launched once per argument list, all with one shape (``block`` defaults from the first list).
+    Result j is what ``launch(kernel, args_list[j], ...)`` returns. On a backend with a batch form ('model':
+    the launches decode together, one pass over the weights per step for all of them) they run together;
+    on the others one after another."""
+    run_launch = load_backend(backend)
+    many = getattr(run_launch, "many", None)
+    if not args_list:
+        return []
+    block = default_block(args_list[0]) if block is None else block
+    if many is None or len(args_list) == 1:
+        return [launch(kernel, args, grid, block, backend, step_limit, **backend_options) for args in args_list]
+    kernel = _for_backend(kernel, backend, run_launch)
+    grid, block = _shape(grid, "grid"), _shape(block, "block")
+    warnings = [w for n, w in kernel.block_warnings if block[0] * block[1] > n]
+    images = [build_image(kernel, args, block) for args in args_list]
+    try:
+        runs = many([(image.program, image.memory) for image in images], grid, block, step_limit, **backend_options)
+    except (interp.StepLimitError, interp.MemoryFault) as e:
+        raise located(kernel, e) from None
+    return [LaunchResult(kernel.name, grid, block, backend, read_arrays(run.memory, image.arrays), dict(run.tokens),
+                         run.trace, run.steps, run.extra, warnings) for image, run in zip(images, runs)]
+
+
 def launch(kernel: CompiledKernel, args: list, grid=(1, 1), block=None, backend: str = "interp",
            step_limit: int | None = None, memcheck: bool = False, **backend_options: Any) -> LaunchResult:
     """Run the kernel; returns the arrays of its pointer parameters read back after the launch.
@@ -435,14 +473,7 @@ def launch(kernel: CompiledKernel, args: list, grid=(1, 1), block=None, backend:
     ``block_format`` gets the kernel lowered for that format.
     """
     run_launch = load_backend(backend)      # an unknown backend is reported before the arguments are looked at
-    fmt = getattr(run_launch, "block_format", None)
-    if fmt is not None:
-        try:
-            kernel = for_format(kernel, fmt() if callable(fmt) else fmt)
-        except CapacityError as e:      # say which target's limit it is: the interpreter would run it
-            why = annotate(str(e), kernel.ptx, kernel.source, kernel.source_name)
-            raise CapacityError(f"backend {backend!r} cannot run this kernel: {why} (its block format is not the "
-                                f"interpreter's: --backend interp may run it)") from None
+    kernel = _for_backend(kernel, backend, run_launch)
     grid, block = _shape(grid, "grid"), _shape(default_block(args) if block is None else block, "block")
     warnings = [w for n, w in kernel.block_warnings if block[0] * block[1] > n]
     if memcheck:

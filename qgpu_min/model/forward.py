@@ -174,7 +174,7 @@ class Model:
         else:
             with np.errstate(over="ignore"):  # exp overflowing to inf is how sigmoid/silu reach exactly 0
                 for i, kind in enumerate(self.config.layer_types):
-                    h = self._layer(state, i, kind, h)
+                    h = self._layer([state], i, kind, h)
                     if layer_outputs is not None:
                         layer_outputs.append(h)
         state.pos += h.shape[0]
@@ -197,6 +197,29 @@ class Model:
         """Feed one token; its logits [V] (or [len(token_subset)])."""
         head = self._head(token_subset)
         return self._apply_head(head, self.forward_hidden(state, [token_id])[0])
+
+    def decode_batch(self, states: Sequence[State], token_ids: TokenIds,
+                     token_subset: TokenIds | None = None) -> np.ndarray:
+        """One token for each of several independent sequences: logits [B, V] (or [B, len(token_subset)]),
+        row j bit-identical to decode(states[j], token_ids[j]). Each projection multiplies the B tokens in
+        one pass over its weights (what a decode step spends its time reading); the recurrences and
+        attention run per sequence, each on its own state."""
+        ids = self._check_ids(token_ids)
+        if len(states) != len(ids):
+            raise ModelInputError(f"decode_batch: {len(states)} states for {len(ids)} tokens")
+        if len({id(s) for s in states}) != len(states):
+            raise ModelInputError("decode_batch: the same state appears twice (each sequence needs its own)")
+        head = self._head(token_subset)
+        if len(states) == 1:    # the single-sequence fast paths (circuit layers' one-call decode)
+            return self._apply_head(head, self.forward_hidden(states[0], ids)[0])[None]
+        h = self.embed(ids)
+        with np.errstate(over="ignore"):
+            for i, kind in enumerate(self.config.layer_types):
+                h = self._layer(states, i, kind, h)
+        for state in states:
+            state.pos += 1
+        hidden = self.r(kernels.rmsnorm(h, self.weights.final_norm, self.config.rms_norm_eps, plus_one=True))
+        return self._apply_head(head, hidden)
 
     def chunked_head(self) -> kernels.ChunkedBF16 | None:
         """The full LM head as its nonzero chunks at the current SIMD level's width, when at most
@@ -265,16 +288,18 @@ class Model:
     def _norm(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
         return self.r(kernels.rmsnorm(x, w, self.config.rms_norm_eps, plus_one=True))
 
-    def _layer(self, state: State, i: int, kind: str, h: np.ndarray) -> np.ndarray:
+    def _layer(self, states: Sequence[State], i: int, kind: str, h: np.ndarray) -> np.ndarray:
+        """Layer i on h (T, hidden): the T tokens of one sequence (one state), or one token of each of T
+        sequences (T states, decode_batch)."""
         w = self.weights.layers[i]
-        silent = i in self.silent_mixers and i in state.zero
+        silent = i in self.silent_mixers and all(i in s.zero for s in states)
         step = self._mlp_steps.get(i) if h.shape[0] == 1 else None
         if step is not None:  # decode through a sparse MLP: one C call
             if not silent:
-                h = self._mixer(state, i, kind, w, h)
+                h = self._mixer(states, i, kind, w, h)
             return step(h[0], add_zero=silent)[None]  # add_zero: the silent mixer's exact +0
         # a silent mixer's exact +0 output (h + 0 turns a -0 into +0)
-        h = self.r(h + np.float32(0)) if silent else self._mixer(state, i, kind, w, h)
+        h = self.r(h + np.float32(0)) if silent else self._mixer(states, i, kind, w, h)
         u = self._norm(h, w["post_norm"])
         # a CSR MLP (prefill): only its active units (SparseMlp: the units down_proj reads, each product's
         # entries in their order), the same bits as the full width
@@ -300,25 +325,37 @@ class Model:
         state.zero.difference_update(np.flatnonzero(zero == 0).tolist())
         return out[None]
 
-    def _mixer(self, state: State, i: int, kind: str, w: dict, h: np.ndarray) -> np.ndarray:
+    def _mixer(self, states: Sequence[State], i: int, kind: str, w: dict, h: np.ndarray) -> np.ndarray:
         """h + Mixer(RMSNorm(h)), rounded: the first half of a layer."""
         if kind == "linear_attention":
-            state.zero.discard(i)
+            for state in states:
+                state.zero.discard(i)
             step = self._gdn_steps.get(i) if h.shape[0] == 1 else None
             if step is not None:  # one C call, the sparse-key step inside (see _delta_rule)
+                state = states[0]
                 return step(h[0], state.conv[i], state.recurrent[i], self._clean_flags(state, i))[None]
         u = self._norm(h, w["in_norm"])
         if kind == "linear_attention":
-            return self.r(h + self._deltanet(state, i, w, u))
-        return self.r(h + self._attention(state, i, w, u))
+            return self.r(h + self._deltanet(states, i, w, u))
+        return self.r(h + self._attention(states, i, w, u))
 
-    def _deltanet(self, state: State, i: int, w: dict, u: np.ndarray) -> np.ndarray:
+    @staticmethod
+    def _per_state(states: Sequence[State], rows: int) -> list[tuple[State, slice]]:
+        """Which rows of a layer's input belong to which sequence: all of them to the one state, or row j to
+        states[j] (decode_batch)."""
+        if len(states) == 1:
+            return [(states[0], slice(0, rows))]
+        return [(state, slice(j, j + 1)) for j, state in enumerate(states)]
+
+    def _deltanet(self, states: Sequence[State], i: int, w: dict, u: np.ndarray) -> np.ndarray:
         cfg, r, T = self.config, self.r, u.shape[0]
         nv, dv = cfg.linear_num_value_heads, cfg.linear_value_head_dim
         mixed, z, b, a = self._linears([w["qkv"], w["z"], w["b"], w["a"]], u)  # mixed (T, conv_dim): [q|k|v]
         z = z.reshape(T, nv, dv)
-        # causal conv: a recurrence over tokens through conv_state, all T tokens in one call
-        o = r(self._delta_rule(state, i, w, r(kernels.conv_prefill(state.conv[i], mixed, w["conv"])), b, a))
+        # causal conv: a recurrence over each sequence's tokens through its conv_state, in one call
+        o = np.concatenate([r(self._delta_rule(state, i, w, r(kernels.conv_prefill(state.conv[i], mixed[rows],
+                                                                                   w["conv"])), b[rows], a[rows]))
+                            for state, rows in self._per_state(states, T)])
         if self.mode == "bf16":  # HF Qwen3_5RMSNormGated: round the normalised value, then w * it, then the gate
             n = r(kernels.rmsnorm(o, np.ones(dv, np.float32), cfg.rms_norm_eps, plus_one=False))
             o = r(r(w["gdn_norm"] * n) * kernels.silu(z))
@@ -399,7 +436,7 @@ class Model:
         out = r(probs.reshape(nkv, group * T, S) @ values)  # (nkv, group*T, hd)
         return out.reshape(nq, T, hd).transpose(1, 0, 2).reshape(T, nq * hd)
 
-    def _attention(self, state: State, i: int, w: dict, u: np.ndarray) -> np.ndarray:
+    def _attention(self, states: Sequence[State], i: int, w: dict, u: np.ndarray) -> np.ndarray:
         cfg, r, T = self.config, self.r, u.shape[0]
         nq, nkv, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         qg, k, v = self._linears([w["q"], w["k"], w["v"]], u)
@@ -409,12 +446,15 @@ class Model:
         else:
             q, gate = qg.reshape(T, nq, hd), None
         k, v = k.reshape(T, nkv, hd), v.reshape(T, nkv, hd)
-        q = self._rope(self._norm(q, w["q_norm"]), state.pos)
-        k = self._rope(self._norm(k, w["k_norm"]), state.pos)
-        keys, values = self._append_kv(state, i, k, v)  # (nkv, S, hd)
-        # queries in blocks, so a long prompt's score matrix stays small
-        out = np.concatenate([self._attend(q[t:t + ATTENTION_BLOCK], keys, values, state.pos + t)
-                              for t in range(0, T, ATTENTION_BLOCK)])
+        q, k = self._norm(q, w["q_norm"]), self._norm(k, w["k_norm"])
+        outs = []
+        for state, rows in self._per_state(states, T):
+            qs, ks = self._rope(q[rows], state.pos), self._rope(k[rows], state.pos)
+            keys, values = self._append_kv(state, i, ks, v[rows])  # (nkv, S, hd)
+            # queries in blocks, so a long prompt's score matrix stays small
+            outs += [self._attend(qs[t:t + ATTENTION_BLOCK], keys, values, state.pos + t)
+                     for t in range(0, qs.shape[0], ATTENTION_BLOCK)]
+        out = np.concatenate(outs)
         if gate is not None:
             out = r(out * r(kernels.sigmoid(gate)))
         return self._linear(w["o"], np.ascontiguousarray(out))

@@ -83,18 +83,8 @@ def generate_ids(model: Model, prompt_ids: list[int], max_new_tokens: int = 256,
     suppresses (a built checkpoint's GPU tokens) are never chosen. `state`: continue
     that sequence (a conversation's earlier turns) instead of a new one; the last yielded token is not fed
     into it, so the next call's prompt should start with it."""
-    sampling.check()
-    if max_new_tokens < 0:
-        raise ModelInputError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    tok = model.tokenizer
-    if stop_ids is None:
-        stop_ids = tok.stop_ids if tok else model.config.eos_token_ids
+    stop_ids, never = _generation_rules(model, max_new_tokens, sampling, stop_ids)
     rng = np.random.default_rng(sampling.seed)
-    gen = read_generation_config(model.path) if model.path else None
-    never = ~tok.known_ids(model.config.vocab_size) if tok else np.zeros(model.config.vocab_size, bool)
-    suppressed = np.array(gen.suppress_tokens if gen else (), np.int64)
-    never[suppressed[suppressed < model.config.vocab_size]] = True
-    never = np.flatnonzero(never)
     state = model.new_state() if state is None else state
     if max_new_tokens == 0:
         return
@@ -106,6 +96,51 @@ def generate_ids(model: Model, prompt_ids: list[int], max_new_tokens: int = 256,
         if token in stop_ids or n + 1 == max_new_tokens:
             return
         logits = model.decode(state, token)
+
+
+def _generation_rules(model: Model, max_new_tokens: int, sampling: Sampling,
+                      stop_ids: tuple[int, ...] | None) -> tuple[tuple[int, ...], np.ndarray]:
+    """The arguments checked; the stop ids (the tokenizer's unless given) and the ids never to choose."""
+    sampling.check()
+    if max_new_tokens < 0:
+        raise ModelInputError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    tok = model.tokenizer
+    if stop_ids is None:
+        stop_ids = tok.stop_ids if tok else model.config.eos_token_ids
+    gen = read_generation_config(model.path) if model.path else None
+    never = ~tok.known_ids(model.config.vocab_size) if tok else np.zeros(model.config.vocab_size, bool)
+    suppressed = np.array(gen.suppress_tokens if gen else (), np.int64)
+    never[suppressed[suppressed < model.config.vocab_size]] = True
+    return stop_ids, np.flatnonzero(never)
+
+
+def generate_many(model: Model, prompts: list[list[int]], max_new_tokens: int = 256,
+                  sampling: Sampling = Sampling(), stop_ids: tuple[int, ...] | None = None) -> list[list[int]]:
+    """Several independent prompts generated together: each decode step feeds every unfinished sequence's
+    token through one Model.decode_batch (one pass over the weights for all of them). Sequence j's ids are
+    exactly what generate_ids gives for prompts[j] alone (its own random stream, seeded with sampling.seed)."""
+    stop_ids, never = _generation_rules(model, max_new_tokens, sampling, stop_ids)
+    if not prompts:
+        return []
+    out: list[list[int]] = [[] for _ in prompts]
+    if max_new_tokens == 0:
+        return out
+    rngs = [np.random.default_rng(sampling.seed) for _ in prompts]
+    states = [model.new_state() for _ in prompts]
+    logits = np.stack([model.prefill(state, ids) for state, ids in zip(states, prompts)])
+    active = list(range(len(prompts)))
+    while active:
+        fed = []
+        for row, j in enumerate(active):
+            logits[row, never] = -np.inf
+            token = pick_token(logits[row], sampling, rngs[j])
+            out[j].append(token)
+            if token not in stop_ids and len(out[j]) < max_new_tokens:
+                fed.append(j)
+        active = fed
+        if active:
+            logits = model.decode_batch([states[j] for j in active], [out[j][-1] for j in active])
+    return out
 
 
 def stream_text(model: Model, ids: Iterator[int], stop_ids: tuple[int, ...] = ()) -> Iterator[str]:
