@@ -60,3 +60,17 @@ def test_bad_batches_are_refused_before_any_state_changes(ckpt):
     with pytest.raises(ModelInputError, match="outside the vocabulary"):
         model.decode_batch([a, b], [3, 10**6])
     assert a.pos == b.pos == 0
+
+
+def test_generate_command_takes_several_prompts(ckpt):
+    import json
+
+    from click.testing import CliRunner
+
+    from qgpu_min.cli import main
+    args = ["generate", "--model", str(ckpt), "--raw", "--greedy", "--max-new-tokens", "5", "--json"]
+    r = CliRunner().invoke(main, [*args, "hello", "a b c"])
+    assert r.exit_code == 0, r.output
+    both = json.loads(r.stdout)
+    alone = [json.loads(CliRunner().invoke(main, [*args, p]).stdout) for p in ("hello", "a b c")]
+    assert both == alone and len(both[0]["token_ids"]) == 5

@@ -14,7 +14,7 @@ from .weights import QUANTS
 @click.command("generate")
 @click.option("--model", "model_dir", required=True, type=click.Path(exists=True, file_okay=False),
               help="checkpoint directory (config.json, safetensors, tokenizer.json)")
-@click.argument("prompt")
+@click.argument("prompts", nargs=-1, required=True, metavar="PROMPT...")
 @click.option("--max-new-tokens", default=256, show_default=True, type=click.IntRange(min=0))
 @click.option("--greedy", is_flag=True, help="always take the most likely token")
 @click.option("--temperature", type=float, help="sampling temperature [generation_config.json, else 0.7]")
@@ -28,13 +28,15 @@ from .weights import QUANTS
 @click.option("--quant", type=click.Choice(QUANTS), help="quantize the dense matrices at load: int8 (Q8, a scale "
               "per 32 weights; about half the bytes per token; drift: `qgpu-min drift --quant int8`)")
 @click.option("--json", "as_json", is_flag=True,
-              help='print {"prompt_ids": [...], "token_ids": [...], "text": "..."} instead of streaming')
-def generate_command(model_dir: str, prompt: str, max_new_tokens: int, greedy: bool, temperature: float | None,
+              help='print {"prompt_ids": [...], "token_ids": [...], "text": "..."} instead of streaming (a list '
+                   'of them for several prompts)')
+def generate_command(model_dir: str, prompts: tuple[str, ...], max_new_tokens: int, greedy: bool, temperature: float | None,
                      top_p: float | None, top_k: int | None, seed: int | None, raw: bool, think: bool,
                      mode: str, quant: str | None, as_json: bool) -> None:
-    """Generate text for PROMPT (a user message, or raw text with --raw)."""
+    """Generate text for PROMPT (a user message, or raw text with --raw). Several prompts are generated
+    together (one pass over the weights per step for all of them); each answer is the one it gets alone."""
     from .forward import load_model      # here, so that other commands' start does not load the model
-    from .generate import Sampling, default_sampling, generate_ids, prompt_ids, result, stream_text
+    from .generate import Sampling, default_sampling, generate_ids, generate_many, prompt_ids, result, stream_text
 
     try:
         model = load_quantized(model_dir, mode, quant) if quant else load_model(model_dir, mode=mode)
@@ -43,7 +45,17 @@ def generate_command(model_dir: str, prompt: str, max_new_tokens: int, greedy: b
                             temperature=d["temperature"] if temperature is None else temperature,
                             top_p=d["top_p"] if top_p is None else top_p,
                             top_k=int(d["top_k"]) if top_k is None else top_k)
-        ids = prompt_ids(model, prompt, raw=raw, enable_thinking=think)
+        all_ids = [prompt_ids(model, p, raw=raw, enable_thinking=think) for p in prompts]
+        if len(all_ids) > 1:
+            answers = generate_many(model, all_ids, max_new_tokens, sampling)
+            results = [result(model, ids, tokens) for ids, tokens in zip(all_ids, answers)]
+            if as_json:
+                click.echo(json.dumps(results))
+                return
+            for k, r in enumerate(results, start=1):
+                click.echo(f"[{k}] {r['text']}")
+            return
+        ids = all_ids[0]
         tokens = generate_ids(model, ids, max_new_tokens, sampling)
         if as_json:
             click.echo(json.dumps(result(model, ids, list(tokens))))
