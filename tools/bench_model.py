@@ -171,6 +171,23 @@ def worker_hf(path: str, prompt_len: int, n_decode: int, warmup: int, seed: int,
             "peak_rss": _peak_rss(), "dtype": dtype}
 
 
+def worker_llama(bench: str, gguf: str, prompt_len: int, n_decode: int, reps: int) -> dict:
+    """llama.cpp's llama-bench on a GGUF: prefill of prompt_len tokens and decode of n_decode (from an empty
+    context), all CPUs, `reps` repetitions each (its own mean); peak RSS is the child's (this worker runs
+    only it)."""
+    threads = os.cpu_count() or 1
+    proc = subprocess.run([bench, "-m", gguf, "-p", str(prompt_len), "-n", str(n_decode), "-t", str(threads),
+                           "-r", str(reps), "-o", "json"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"llama-bench failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    records = json.loads(proc.stdout)
+    pp = next(r for r in records if r["n_prompt"] == prompt_len and r["n_gen"] == 0)
+    tg = next(r for r in records if r["n_gen"] == n_decode and r["n_prompt"] == 0)
+    return {"prefill_tok_s": pp["avg_ts"], "decode_tok_s": tg["avg_ts"], "type": tg.get("model_type", ""),
+            "peak_rss": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024, "gguf": gguf,
+            "bytes": Path(gguf).stat().st_size}
+
+
 # ---- driver ----------------------------------------------------------------------------------------------
 
 def _mem_available() -> int:
@@ -289,6 +306,25 @@ def int8_table(ours: dict, q8: dict, runs: dict) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
+def vs_table(sides: dict[str, dict], runs: dict[str, list[dict]]) -> str:
+    """Every side's best round (decode, prefill, peak RSS), each round's decode, and ours against each
+    llama.cpp side."""
+    names = list(sides)
+    rows = [("", *names),
+            ("decode tok/s (best round)", *(f"{sides[n]['decode_tok_s']:.2f}" for n in names)),
+            ("decode tok/s per round", *(" ".join(f"{r['decode_tok_s']:.2f}" for r in runs[n]) for n in names)),
+            ("prefill tok/s (best round)", *(f"{sides[n]['prefill_tok_s']:.1f}" for n in names)),
+            ("peak RSS", *(f"{sides[n]['peak_rss'] / GB:.2f} GB" for n in names))]
+    for other in (n for n in names if n.startswith("llama.cpp")):
+        for mine in (n for n in names if n.startswith("ours")):
+            rows.append((f"{mine} / {other}: decode, prefill",
+                         *(f"{sides[mine]['decode_tok_s'] / sides[other]['decode_tok_s']:.2f}x, "
+                           f"{sides[mine]['prefill_tok_s'] / sides[other]['prefill_tok_s']:.2f}x" if n == mine else ""
+                           for n in names)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", help="checkpoint directory to benchmark (default: a synthetic 2B-shape one)")
@@ -304,15 +340,23 @@ def main() -> int:
     ap.add_argument("--int8", action="store_true", help="also run ours with --quant int8")
     ap.add_argument("--rounds", type=int, default=1, help="alternate the ours workers this many times (best kept)")
     ap.add_argument("--quant", choices=("int8",), help=argparse.SUPPRESS)
+    ap.add_argument("--llama-bench", help="llama.cpp's llama-bench binary: run it on each --gguf beside ours")
+    ap.add_argument("--gguf", action="append", default=[], help="a GGUF of the same checkpoint (repeatable; "
+                    "tools/llama_cpp_convert.py makes one)")
+    ap.add_argument("--llama-reps", type=int, default=2, help="llama-bench repetitions per round (default 2)")
     ap.add_argument("--hf-dtype", choices=("auto", "float32", "bfloat16"), default="auto")
     ap.add_argument("--json", type=Path, help="also write the raw numbers here")
-    ap.add_argument("--worker", choices=("ours", "hf", "bandwidth"), help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=("ours", "hf", "bandwidth", "llama"), help=argparse.SUPPRESS)
     ap.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
     if args.worker == "ours":
         print(RESULT + json.dumps(worker_ours(args.model, args.prompt_len, args.decode, args.warmup, args.seed,
                                               args.paired, args.quant)))
+        return 0
+    if args.worker == "llama":
+        print(RESULT + json.dumps(worker_llama(args.llama_bench, args.gguf[0], args.prompt_len, args.decode,
+                                               args.llama_reps)))
         return 0
     if args.worker == "bandwidth":
         print(RESULT + json.dumps(copy_bandwidth()))
@@ -328,16 +372,23 @@ def main() -> int:
     # ours, best kept: other load on the machine only lowers it, and a higher bandwidth is a stricter floor.
     bands = [run_worker("bandwidth", args, path)]
     runs: dict[str, list[dict]] = {"ours": [], "ours int8": []}
-    for _ in range(max(1, args.rounds)):
+    llama_names = {g: f"llama.cpp {Path(g).stem}" for g in args.gguf} if args.llama_bench else {}
+    for name in llama_names.values():
+        runs[name] = []
+    for _ in range(max(1, args.rounds)):     # every side once per round, so machine load hits them alike
         runs["ours"].append(run_worker("ours", args, path))
         if args.int8:
             runs["ours int8"].append(run_worker("ours", args, path, "--quant", "int8"))
+        for gguf, name in llama_names.items():
+            runs[name].append(run_worker("llama", args, path, "--llama-bench", args.llama_bench, "--gguf", gguf,
+                                         "--llama-reps", str(args.llama_reps)))
         bands.append(run_worker("bandwidth", args, path))
     bandwidth = {k: max(b[k] for b in bands) for k in bands[0]}
     best = {name: max(r, key=lambda x: x["decode_tok_s"]) for name, r in runs.items() if r}
     for result in best.values():
         result["bandwidth"] = bandwidth
     ours, q8 = best["ours"], best.get("ours int8")
+    llama = {name: best[name] for name in llama_names.values()}
     hf, note = None, "not run (--no-hf)"
     if not args.no_hf:
         try:
@@ -353,12 +404,15 @@ def main() -> int:
     print(table(ours, hf, note, args, path))
     if q8 is not None:
         print(int8_table(ours, q8, runs))
+    if llama:
+        print(vs_table({"ours": ours, **({"ours int8": q8} if q8 else {}), **llama}, runs))
     if hf is None:
         print(f"transformers: {note}")
     elif args.hf_dtype == "auto":
         print(f"transformers dtype: {hf['dtype']} ({note})")
     if args.json:
-        args.json.write_text(json.dumps({"ours": ours, "ours_int8": q8, "rounds": runs, "transformers": hf,
+        args.json.write_text(json.dumps({"ours": ours, "ours_int8": q8, "llama_cpp": llama, "rounds": runs,
+                                         "transformers": hf,
                                          "transformers_note": note,
                                          "checkpoint": str(path), "prompt_len": args.prompt_len,
                                          "decode": args.decode}, indent=1))
