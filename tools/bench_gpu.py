@@ -30,10 +30,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import readme_dot  # noqa: E402
 
 # name -> (CUDA source or None for an example file, arguments, threads)
 KERNELS = {
-    "dot": (None, [[1, 2, 3], [4, 5, 6], [0], 3], 3),
+    "dot": (None, readme_dot.ARGS, readme_dot.BLOCK[0]),
     "vadd": ("""
         __global__ void vadd(const int* a, const int* b, int* c) {
             int i = threadIdx.x;

@@ -19,8 +19,10 @@ sys.path.insert(0, str(ROOT))
 from qgpu_min.gpu.backend import SPEC  # noqa: E402
 from qgpu_min.gpu.merged import load_merged  # noqa: E402
 from qgpu_min.gpu.model import run_launch  # noqa: E402
-from qgpu_min.gpu.program import block_format, prompt_parts  # noqa: E402
-from qgpu_min.host.launch import build_image, compile_kernel, for_format  # noqa: E402
+from qgpu_min.gpu.program import prompt_parts  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "tools"))
+import readme_dot  # noqa: E402
 
 
 def main() -> int:
@@ -30,9 +32,8 @@ def main() -> int:
     ap.add_argument("--mode", choices=("fp32", "bf16"), default="fp32")
     a = ap.parse_args()
     cg = load_merged(a.model, SPEC)
-    kernel = for_format(compile_kernel(ROOT / "examples" / "dot.cu"), block_format(SPEC))
-    image = build_image(kernel, [[1, 2, 3], [4, 5, 6], [0], 3], (3, 1))
-    load, rest = prompt_parts(image.program, image.memory, (3, 1), SPEC)
+    program, memory = readme_dot.gpu_image(SPEC)
+    load, rest = prompt_parts(program, memory, readme_dot.BLOCK, SPEC)
     model = cg.model(a.mode)
     decode, spent = model.decode, [0.0]
 

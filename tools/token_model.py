@@ -24,11 +24,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import readme_dot  # noqa: E402
 from prompt_order_check import SPEC, launches  # noqa: E402
 
 from qgpu_min.gpu.check import expected_tokens  # noqa: E402
-from qgpu_min.gpu.program import block_format  # noqa: E402
-from qgpu_min.host.launch import build_image, compile_kernel, for_format  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 COLUMNS = ("today", "no-entry", "warp-exec", "both+uniform", "both+packed")
@@ -74,9 +73,8 @@ def packing(expected) -> dict[str, int]:
 
 
 def dot_launch():
-    k = for_format(compile_kernel(ROOT / "examples" / "dot.cu"), block_format(SPEC))
-    image = build_image(k, [[1, 2, 3], [4, 5, 6], [0], 3], (3, 1))
-    return "README dot", image.program, image.memory, (3, 1), (1, 1)
+    program, memory = readme_dot.gpu_image(SPEC)
+    return "README dot", program, memory, readme_dot.BLOCK, (1, 1)
 
 
 def main() -> int:
