@@ -7,6 +7,7 @@ Malformed options exit 2 through click's usage errors.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import click
@@ -73,6 +74,10 @@ def _ints(values) -> list[int]:
 @click.option("--arg", "arg_texts", multiple=True, metavar="VALUE",
               help="One kernel argument, in parameter order: [1,2,3] or zeros(N) for a pointer, an integer "
                    "(5, -7, 0xFF) for a scalar. Repeat for each parameter.")
+@click.option("--args-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), metavar="FILE",
+              help="Several launches: one per line of FILE, each line the arguments as --arg takes them, separated "
+                   "by spaces (# starts a comment). With --backend model they decode together, one pass over the "
+                   "weights per step; each result is the one the launch gets alone.")
 @KERNEL
 @click.option("--grid", callback=_dim, metavar="N|X,Y", default="1", show_default=True, help="CTAs in the grid.")
 @click.option("--block", callback=_dim, metavar="N|X,Y",
@@ -102,7 +107,7 @@ def _ints(values) -> list[int]:
 @click.option("--step-limit", type=click.IntRange(min=1), metavar="N",
               help=f"Stop with an error after N warp steps (default {DEFAULT_STEP_LIMIT}).")
 @user_errors
-def run(source: Path, arg_texts: tuple[str, ...], kernel: str | None, grid: tuple[int, int],
+def run(source: Path, arg_texts: tuple[str, ...], args_file: Path | None, kernel: str | None, grid: tuple[int, int],
         block: tuple[int, int] | None, backend: str, model_dir: str | None, quant: str | None, mode: str | None,
         check: bool, trace: bool, memcheck: bool,
         compiler: str | None, as_json: bool, step_limit: int | None) -> None:
@@ -114,34 +119,75 @@ def run(source: Path, arg_texts: tuple[str, ...], kernel: str | None, grid: tupl
     runs it on the GPU in the weights and prints every array parameter after the launch, e.g.
     `out = [32]` (--backend interp: on the reference interpreter).
     """
-    from .launch import compile_kernel, launch
+    from .launch import compile_kernel, launch, launch_many
 
+    if args_file is not None:
+        if arg_texts:
+            raise click.UsageError("give the arguments with --arg or with --args-file, not both")
+        if check or trace or memcheck:
+            raise click.UsageError("--check, --trace and --memcheck run one launch at a time: not with --args-file")
     # syntax first, so a typo is reported before the (slow) compiler runs
-    values = [parse_value(text, f"--arg #{k}") for k, text in enumerate(arg_texts, start=1)]
+    arg_sets = _args_file(args_file) if args_file else [list(arg_texts)]
+    values = [[parse_value(text, f"{where}--arg #{k}") for k, text in enumerate(texts, start=1)]
+              for where, texts in zip(_line_names(args_file, len(arg_sets)), arg_sets)]
     compiled = compile_kernel(source, kernel=kernel, compiler=compiler)
     _warn(compiled.warnings)
-    args = bind_args(values, compiled.params, compiled.name)
+    args = [bind_args(v, compiled.params, compiled.name) for v in values]
     options = _model_options(backend, mode, check, trace and not as_json, model_dir, quant)
-    result = launch(compiled, args, grid=grid, block=block, backend=backend, step_limit=step_limit,
-                    memcheck=memcheck, **options)
-    _warn(result.warnings)
-    arrays = {name: _ints(v) for name, v in result.arrays.items()}
-    if as_json:
-        click.echo(json.dumps({
-            "kernel": result.kernel,
-            "grid": list(result.grid), "block": list(result.block),
-            "arrays": arrays,
-            "tokens": {"prompt": int(result.tokens["prompt"]), "generated": int(result.tokens["generated"])},
-            "backend": result.backend,
-            "compiler": compiled.compiler,
-            "warnings": compiled.warnings + result.warnings,
-            **({"mode": result.extra.get("mode"), "checked": bool(result.extra.get("checked"))}
-               if backend != "interp" else {}),
-            **({"trace": result.extra["trace"]} if trace and "trace" in result.extra else {}),
-        }))
+    if args_file is None:
+        results = [launch(compiled, args[0], grid=grid, block=block, backend=backend, step_limit=step_limit,
+                          memcheck=memcheck, **options)]
     else:
-        for name, v in arrays.items():
-            click.echo(f"{name} = [{', '.join(map(str, v))}]")
+        results = launch_many(compiled, args, grid=grid, block=block, backend=backend, step_limit=step_limit,
+                              **options)
+    for result in results:
+        _warn(result.warnings)
+    if as_json:
+        out = [_result_json(r, compiled, backend, trace) for r in results]
+        click.echo(json.dumps(out[0] if args_file is None else {"launches": out}))
+        return
+    for k, result in enumerate(results, start=1):
+        if args_file is not None:
+            click.echo(f"# launch {k}")
+        for name, v in result.arrays.items():
+            click.echo(f"{name} = [{', '.join(map(str, _ints(v)))}]")
+
+
+_ARG_TOKEN = re.compile(r"\[[^\]]*\]|\S+")
+
+
+def _args_file(path: Path) -> list[list[str]]:
+    """The --arg texts of each launch line of an --args-file (blank lines and # comments skipped)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise click.BadParameter(f"{path}: cannot be read as text ({e})", param_hint="--args-file") from None
+    sets = [_ARG_TOKEN.findall(line.split("#", 1)[0]) for line in lines]
+    sets = [s for s in sets if s]
+    if not sets:
+        raise click.BadParameter(f"{path}: no launch in it (one line of arguments per launch)",
+                                 param_hint="--args-file")
+    return sets
+
+
+def _line_names(args_file: Path | None, count: int) -> list[str]:
+    """Where each launch's arguments come from, for error messages."""
+    return [""] if args_file is None else [f"{args_file} launch {k}: " for k in range(1, count + 1)]
+
+
+def _result_json(result, compiled, backend: str, trace: bool) -> dict:
+    return {
+        "kernel": result.kernel,
+        "grid": list(result.grid), "block": list(result.block),
+        "arrays": {name: _ints(v) for name, v in result.arrays.items()},
+        "tokens": {"prompt": int(result.tokens["prompt"]), "generated": int(result.tokens["generated"])},
+        "backend": result.backend,
+        "compiler": compiled.compiler,
+        "warnings": compiled.warnings + result.warnings,
+        **({"mode": result.extra.get("mode"), "checked": bool(result.extra.get("checked"))}
+           if backend != "interp" else {}),
+        **({"trace": result.extra["trace"]} if trace and "trace" in result.extra else {}),
+    }
 
 
 @click.command("compile")
