@@ -53,6 +53,27 @@ static size_t token_block(size_t in, size_t tile_tokens) {
     return tb < tile_tokens ? tile_tokens : tb;
 }
 
+/* The loop over a range of rows, the same for every product: blocks of tokens (whose activations stay in
+ * cache while the rows stream past), groups of 4 rows, tiles of NT tokens, and the edges in 4 x 1 and 1 x 1
+ * tiles. TILE(a, r, t, NR, NT, prefetch) is inlined with constant NR and NT, so its accumulators live in
+ * registers; each tile computes whole dot products, so the tile shape never changes a result. */
+#define DEFINE_ROWS(NAME, ATTR, TILE, NT)                                                                     \
+    ATTR static void NAME(void *ctx, size_t r0, size_t r1) {                                                  \
+        const prod_args *a = (const prod_args *)ctx;                                                          \
+        size_t tb = token_block(a->in, NT);                                                                   \
+        for (size_t t0 = 0; t0 < a->n; t0 += tb) {                                                            \
+            size_t t1 = t0 + tb < a->n ? t0 + tb : a->n;                                                      \
+            size_t r = r0;                                                                                    \
+            for (; r + 4 <= r1; r += 4) {                                                                     \
+                size_t t = t0;                                                                                \
+                for (; t + NT <= t1; t += NT) TILE(a, r, t, 4, NT, t == t0);                                  \
+                for (; t < t1; t++) TILE(a, r, t, 4, 1, t == t0);                                             \
+            }                                                                                                 \
+            for (; r < r1; r++)                                                                               \
+                for (size_t t = t0; t < t1; t++) TILE(a, r, t, 1, 1, 0);                                      \
+        }                                                                                                     \
+    }
+
 /* ---- generic: GNU C vector extensions (gcc, clang) of 16 bytes, lowered to whatever the target has
  * (SSE2, NEON, or scalar code). 8 lanes as two 4-lane halves, one for the even and one for the odd columns
  * of each chunk of 8: 16 bytes of bf16 read as four 32-bit words hold an even and an odd weight each, and
@@ -76,7 +97,8 @@ static inline v4f as_v4f(v4u u) {
 }
 
 static inline __attribute__((always_inline)) void tile_generic(const prod_args *a, size_t r, size_t t,
-                                                               const int NR, const int pf) {
+                                                               const int NR, const int NT, const int pf) {
+    (void)NT; /* one token per tile */
     const size_t in = a->in;
     const float *x = a->x + t * in;
     v4f even[4], odd[4]; /* accumulators of columns 8c + 0, 2, 4, 6 and 8c + 1, 3, 5, 7 */
@@ -116,18 +138,7 @@ static inline __attribute__((always_inline)) void tile_generic(const prod_args *
     }
 }
 
-static void rows_generic(void *ctx, size_t r0, size_t r1) {
-    const prod_args *a = (const prod_args *)ctx;
-    size_t tb = token_block(a->in, 1);
-    for (size_t t0 = 0; t0 < a->n; t0 += tb) {
-        size_t t1 = t0 + tb < a->n ? t0 + tb : a->n;
-        size_t r = r0;
-        for (; r + 4 <= r1; r += 4)
-            for (size_t t = t0; t < t1; t++) tile_generic(a, r, t, 4, t == t0);
-        for (; r < r1; r++)
-            for (size_t t = t0; t < t1; t++) tile_generic(a, r, t, 1, 0);
-    }
-}
+DEFINE_ROWS(rows_generic, , tile_generic, 1)
 
 #ifdef QGPU_X86
 /* ---- AVX2 + FMA: 8 lanes, tiles of 4 rows x 2 tokens (8 accumulators of 16 registers) ---- */
@@ -185,21 +196,7 @@ AVX2_INLINE void tile_avx2(const prod_args *a, size_t r, size_t t, const int NR,
         for (int j = 0; j < NT; j++) a->y[(t + j) * a->out + r + i] = reduce8(acc[i][j]);
 }
 
-AVX2 static void rows_avx2(void *ctx, size_t r0, size_t r1) {
-    const prod_args *a = (const prod_args *)ctx;
-    size_t tb = token_block(a->in, 2);
-    for (size_t t0 = 0; t0 < a->n; t0 += tb) {
-        size_t t1 = t0 + tb < a->n ? t0 + tb : a->n;
-        size_t r = r0;
-        for (; r + 4 <= r1; r += 4) {
-            size_t t = t0;
-            for (; t + 2 <= t1; t += 2) tile_avx2(a, r, t, 4, 2, t == t0);
-            for (; t < t1; t++) tile_avx2(a, r, t, 4, 1, t == t0);
-        }
-        for (; r < r1; r++)
-            for (size_t t = t0; t < t1; t++) tile_avx2(a, r, t, 1, 1, 0);
-    }
-}
+DEFINE_ROWS(rows_avx2, AVX2, tile_avx2, 2)
 
 /* ---- AVX-512F: 16 lanes, tiles of 4 rows x 4 tokens (16 accumulators of 32 registers) ---- */
 
@@ -254,21 +251,7 @@ AVX512_INLINE void tile_avx512(const prod_args *a, size_t r, size_t t, const int
         for (int j = 0; j < NT; j++) a->y[(t + j) * a->out + r + i] = reduce16(acc[i][j]);
 }
 
-AVX512 static void rows_avx512(void *ctx, size_t r0, size_t r1) {
-    const prod_args *a = (const prod_args *)ctx;
-    size_t tb = token_block(a->in, 4);
-    for (size_t t0 = 0; t0 < a->n; t0 += tb) {
-        size_t t1 = t0 + tb < a->n ? t0 + tb : a->n;
-        size_t r = r0;
-        for (; r + 4 <= r1; r += 4) {
-            size_t t = t0;
-            for (; t + 4 <= t1; t += 4) tile_avx512(a, r, t, 4, 4, t == t0);
-            for (; t < t1; t++) tile_avx512(a, r, t, 4, 1, t == t0);
-        }
-        for (; r < r1; r++)
-            for (size_t t = t0; t < t1; t++) tile_avx512(a, r, t, 1, 1, 0);
-    }
-}
+DEFINE_ROWS(rows_avx512, AVX512, tile_avx512, 4)
 #endif /* QGPU_X86 */
 
 /* ---- Q8: int8 weights, one fp32 scale per block of 32 columns (in a multiple of 32) ----
@@ -289,7 +272,8 @@ static inline __attribute__((always_inline)) void q8_prefetch_ahead(const prod_a
 
 /* generic: 8 lanes as two 4-lane halves (columns 0-3 and 4-7 of each chunk of 8), 1 token per tile */
 static inline __attribute__((always_inline)) void q8_tile_generic(const prod_args *a, size_t r, size_t t,
-                                                                  const int NR, const int pf) {
+                                                                  const int NR, const int NT, const int pf) {
+    (void)NT; /* one token per tile */
     const size_t in = a->in, blocks = in / Q8_BLOCK;
     const float *x = a->x + t * in;
     v4f lo[4], hi[4];
@@ -326,18 +310,7 @@ static inline __attribute__((always_inline)) void q8_tile_generic(const prod_arg
     }
 }
 
-static void q8_rows_generic(void *ctx, size_t r0, size_t r1) {
-    const prod_args *a = (const prod_args *)ctx;
-    size_t tb = token_block(a->in, 1);
-    for (size_t t0 = 0; t0 < a->n; t0 += tb) {
-        size_t t1 = t0 + tb < a->n ? t0 + tb : a->n;
-        size_t r = r0;
-        for (; r + 4 <= r1; r += 4)
-            for (size_t t = t0; t < t1; t++) q8_tile_generic(a, r, t, 4, t == t0);
-        for (; r < r1; r++)
-            for (size_t t = t0; t < t1; t++) q8_tile_generic(a, r, t, 1, 0);
-    }
-}
+DEFINE_ROWS(q8_rows_generic, , q8_tile_generic, 1)
 
 #ifdef QGPU_X86
 /* AVX2: 4 chunks of 8 per block; tiles of 4 rows x 1 token (acc + blk: 8 of the 16 registers) */
@@ -345,7 +318,8 @@ AVX2_INLINE __m256 load_q8x8(const int8_t *p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
 
-AVX2_INLINE void q8_tile_avx2(const prod_args *a, size_t r, size_t t, const int NR, const int pf) {
+AVX2_INLINE void q8_tile_avx2(const prod_args *a, size_t r, size_t t, const int NR, const int NT, const int pf) {
+    (void)NT; /* one token per tile */
     const size_t in = a->in, blocks = in / Q8_BLOCK;
     const float *x = a->x + t * in;
     __m256 acc[4], blk[4];
@@ -366,18 +340,7 @@ AVX2_INLINE void q8_tile_avx2(const prod_args *a, size_t r, size_t t, const int 
     for (int i = 0; i < NR; i++) a->y[t * a->out + r + i] = reduce8(acc[i]);
 }
 
-AVX2 static void q8_rows_avx2(void *ctx, size_t r0, size_t r1) {
-    const prod_args *a = (const prod_args *)ctx;
-    size_t tb = token_block(a->in, 1);
-    for (size_t t0 = 0; t0 < a->n; t0 += tb) {
-        size_t t1 = t0 + tb < a->n ? t0 + tb : a->n;
-        size_t r = r0;
-        for (; r + 4 <= r1; r += 4)
-            for (size_t t = t0; t < t1; t++) q8_tile_avx2(a, r, t, 4, t == t0);
-        for (; r < r1; r++)
-            for (size_t t = t0; t < t1; t++) q8_tile_avx2(a, r, t, 1, 0);
-    }
-}
+DEFINE_ROWS(q8_rows_avx2, AVX2, q8_tile_avx2, 1)
 
 /* AVX-512: 2 chunks of 16 per block; tiles of 4 rows x 2 tokens (acc + blk: 16 of the 32 registers) */
 AVX512_INLINE __m512 load_q8x16(const int8_t *p) {
@@ -411,21 +374,7 @@ AVX512_INLINE void q8_tile_avx512(const prod_args *a, size_t r, size_t t, const 
         for (int j = 0; j < NT; j++) a->y[(t + j) * a->out + r + i] = reduce16(acc[i][j]);
 }
 
-AVX512 static void q8_rows_avx512(void *ctx, size_t r0, size_t r1) {
-    const prod_args *a = (const prod_args *)ctx;
-    size_t tb = token_block(a->in, 2);
-    for (size_t t0 = 0; t0 < a->n; t0 += tb) {
-        size_t t1 = t0 + tb < a->n ? t0 + tb : a->n;
-        size_t r = r0;
-        for (; r + 4 <= r1; r += 4) {
-            size_t t = t0;
-            for (; t + 2 <= t1; t += 2) q8_tile_avx512(a, r, t, 4, 2, t == t0);
-            for (; t < t1; t++) q8_tile_avx512(a, r, t, 4, 1, t == t0);
-        }
-        for (; r < r1; r++)
-            for (size_t t = t0; t < t1; t++) q8_tile_avx512(a, r, t, 1, 1, 0);
-    }
-}
+DEFINE_ROWS(q8_rows_avx512, AVX512, q8_tile_avx512, 2)
 #endif /* QGPU_X86 */
 
 /* ---- dispatch ---- */
