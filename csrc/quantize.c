@@ -17,6 +17,14 @@ typedef struct {
     float *scales;
 } quant_args;
 
+/* rint(v) (round half to even) for |v| < 2^22, without a libm call, so the block's loops vectorize: adding
+ * 1.5 * 2^23 leaves no fraction bits, and the addition rounds half to even. -0 comes back as +0, which no
+ * caller tells apart (it is compared with == and converted to an integer). */
+static inline float round_even(float v) {
+    const float magic = 12582912.0f;
+    return (v + magic) - magic;
+}
+
 static float widen(uint16_t bits) {
     uint32_t u = (uint32_t)bits << 16;
     float f;
@@ -40,15 +48,15 @@ static void quantize_block(const uint16_t *w, int8_t *q, float *scale) {
     int e;
     float step = amax / 127.0f, mant = frexpf(step, &e);
     float pow2 = ldexpf(1.0f, mant == 0.5f ? e - 1 : e);
-    int exact = 1;
-    for (int k = 0; k < BLOCK && exact; k++) {
+    int exact = 1; /* every v / pow2 is within 127 of 0 (pow2 >= amax / 127), so round_even applies */
+    for (int k = 0; k < BLOCK; k++) {
         float g = v[k] / pow2;
-        exact = g == rintf(g);
+        exact &= g == round_even(g);
     }
     float s = amax == 0.0f ? 0.0f : exact ? pow2 : step;
     float safe = s == 0.0f ? 1.0f : s;
     for (int k = 0; k < BLOCK; k++) {
-        float r = rintf(v[k] / safe);
+        float r = round_even(v[k] / safe);  /* |v / safe| <= 127 (plus rounding) */
         q[k] = (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : (int)r);
     }
     *scale = s;
