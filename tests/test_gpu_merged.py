@@ -266,3 +266,24 @@ def test_launches_through_the_merged_model_decode_together_as_they_run_alone(bui
     alone = [launch(k, a, block=(4, 1), backend="model", model=str(built), quant=quant) for a in sets]
     assert [r.arrays["out"].tolist() for r in together] == [[32], [-1], [12]]
     assert [r.extra["trace"]["generated_ids"] for r in together] == [r.extra["trace"]["generated_ids"] for r in alone]
+
+
+@pytest.mark.slow
+def test_chat_with_int8_shares_one_quantized_model_between_qwen_and_its_launches(built, tmp_path):
+    """`qgpu-min chat --quant int8`: Qwen's replies and the launches run through the one quantized model (the
+    GPU's layers exact), and a launch still answers exactly."""
+    from qgpu_min.chat.session import open_conversation
+    from qgpu_min.chat.toolcall import format_call
+    from qgpu_min.gpu.backend import merged as merged_gpu
+    from qgpu_min.model.kernels import QuantQ8
+    conv = open_conversation(built, "normal", quant="int8", max_new_tokens=4)
+    model = conv.model.model
+    assert merged_gpu(str(built), "int8").model("fp32") is model and isinstance(model.weights.head_q8, QuantQ8)
+    assert conv.gpu.quant == "int8"
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([format_call("gpu_calc", {"expression": "[1, 2, 3] @ [4, 5, 6]"}), "It is 32."]))
+    r = CliRunner().invoke(main, ["chat", "--model", str(built), "--quant", "int8", "--script", str(script),
+                                  "--json", "What is the dot product of [1,2,3] and [4,5,6]?"])
+    assert r.exit_code == 0, r.output
+    [call] = json.loads(r.stdout)["tool_calls"]
+    assert call["ok"] and call["result"] == "32" and call["launches"][0]["backend"] == "model"

@@ -58,7 +58,8 @@ class CalcResult:
         return sum(x["tokens"]["generated"] for x in self.launches)
 
 
-def evaluate(text: str, *, backend: str = "circuit", model: str | None = None, mode: str = "fp32") -> CalcResult:
+def evaluate(text: str, *, backend: str = "circuit", model: str | None = None, mode: str = "fp32",
+             quant: str | None = None) -> CalcResult:
     """Evaluate an expression, computing every operation on the GPU of ``backend`` ('circuit': the GPU in
     the weights; 'interp': the reference interpreter; 'model': the merged checkpoint in folder ``model``),
     with ``mode`` 'fp32' or 'bf16' activations on the model backends. Raises CalcError (a QgpuError) for
@@ -68,7 +69,7 @@ def evaluate(text: str, *, backend: str = "circuit", model: str | None = None, m
     try:
         tree = parse(text)
         _check(tree)                                    # all of it, before anything is launched
-        gpu = Launcher(backend, model, mode)
+        gpu = Launcher(backend, model, mode, quant)
         value = _evaluate(tree, gpu)
     except CalcError as e:
         raise e.within(text) from e.__cause__

@@ -54,8 +54,9 @@ def for_backend(file: str, kernel: str, backend: str) -> CompiledKernel:
     return k if fmt is None else for_format(k, fmt() if callable(fmt) else fmt)
 
 
-def backend_options(backend: str, model: str | None, mode: str) -> dict[str, Any]:
-    """launch()'s backend options: 'interp' takes none, 'circuit' the mode, 'model' the folder and the mode."""
+def backend_options(backend: str, model: str | None, mode: str, quant: str | None = None) -> dict[str, Any]:
+    """launch()'s backend options: 'interp' takes none, 'circuit' the mode, 'model' the folder, the mode and
+    the quantization of its Qwen layers."""
     if backend not in BACKENDS:
         raise CalcError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if mode not in MODES:
@@ -65,7 +66,7 @@ def backend_options(backend: str, model: str | None, mode: str) -> dict[str, Any
     if backend == "model" and not model:
         raise CalcError("backend 'model' needs the merged checkpoint's folder (model=DIR, from `qgpu-min build`)")
     if backend == "model":
-        return {"model": model, "mode": mode}
+        return {"model": model, "mode": mode, **({"quant": quant} if quant else {})}
     return {"mode": mode}
 
 
@@ -98,9 +99,10 @@ def per_cell(rows: int, cols: int) -> Plan:
 class Launcher:
     """Launches kernels on one backend and keeps a record of every launch."""
 
-    def __init__(self, backend: str = "circuit", model: str | None = None, mode: str = "fp32") -> None:
+    def __init__(self, backend: str = "circuit", model: str | None = None, mode: str = "fp32",
+                 quant: str | None = None) -> None:
         self.backend = backend
-        self.options = backend_options(backend, model, mode)
+        self.options = backend_options(backend, model, mode, quant)
         self.launches: list[dict[str, Any]] = []
 
     def run(self, file: str, kernel: str, args: list, plan: Plan, op: str, pos: int) -> dict[str, np.ndarray]:

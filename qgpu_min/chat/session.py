@@ -96,10 +96,12 @@ class Conversation:
 
 def open_conversation(model_dir: str | Path, mode: str = "normal", backend: str | None = None,
                       precision: str = "fp32", enable_thinking: bool = False, max_new_tokens: int = 512,
-                      max_rounds: int = 4, replies: list[str] | None = None) -> Conversation:
+                      max_rounds: int = 4, replies: list[str] | None = None, quant: str | None = None) -> Conversation:
     """A conversation with the checkpoint in model_dir, with its own chat template. Launches run on the GPU
     in that checkpoint when `qgpu-min build` made it (backend 'model'), else on the circuit-only GPU;
-    `backend` chooses. `replies`: Qwen's replies scripted instead of generated (the launches still run)."""
+    `backend` chooses. `replies`: Qwen's replies scripted instead of generated (the launches still run).
+    `quant`: the checkpoint's Qwen layers quantized at load ("int8"; its GPU's layers stay exact); Qwen and the
+    launches then share the one quantized model."""
     from ..model.forward import load_model
     from ..model.generate import Sampling, default_sampling
     from .template import template_text
@@ -107,11 +109,15 @@ def open_conversation(model_dir: str | Path, mode: str = "normal", backend: str 
     if replies is not None:
         chat_model = ScriptedChatModel(replies)
     else:
-        model = load_model(model_dir, mode=precision)
+        from ..gpu.merged import gpu_layers
+        model = load_model(model_dir, mode=precision, quant=quant, keep_layers=gpu_layers(model_dir))
+        if backend == "model":   # the launches run through this same model (one copy of the weights)
+            from ..gpu.backend import merged
+            merged(str(model_dir), quant).models.setdefault(precision, model)
         d = default_sampling(model)
         chat_model = RuntimeChatModel(model, max_new_tokens, Sampling(temperature=d["temperature"], top_p=d["top_p"],
                                                                       top_k=int(d["top_k"])))
-    gpu = Gpu(backend, str(model_dir) if backend == "model" else None, precision)
+    gpu = Gpu(backend, str(model_dir) if backend == "model" else None, precision, quant if backend == "model" else None)
     return Conversation(chat_model, mode, gpu, template=template_text(model_dir), enable_thinking=enable_thinking,
                         max_rounds=max_rounds)
 

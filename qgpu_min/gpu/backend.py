@@ -85,7 +85,7 @@ def run_launch_model(program: Program, memory: list[int], grid: tuple[int, int],
     _checked_options("model", mode, options, "model, mode, quant, check, trace and progress")
     grid, block = launch_shape(grid, block, SPEC)
     check_supported(program, SPEC)
-    return _launch(_merged(model, quant, progress), program, memory, grid, block, step_limit, mode, check, trace)
+    return _launch(merged(model, quant, progress), program, memory, grid, block, step_limit, mode, check, trace)
 
 
 def run_launches_model(launches: list[tuple[Program, list[int]]], grid: tuple[int, int], block: tuple[int, int],
@@ -99,7 +99,7 @@ def run_launches_model(launches: list[tuple[Program, list[int]]], grid: tuple[in
     grid, block = launch_shape(grid, block, SPEC)
     for program, _ in launches:
         check_supported(program, SPEC)
-    cg = _merged(model, quant, progress)
+    cg = merged(model, quant, progress)
     parts = [prompt_parts(program, memory, block, SPEC, grid) for program, memory in launches]
     with _step_limit_named(step_limit):
         runs = run_models(cg, [load + rest for load, rest in parts], mode, _token_limit(step_limit, grid),
@@ -108,8 +108,8 @@ def run_launches_model(launches: list[tuple[Program, list[int]]], grid: tuple[in
             for (load, rest), run, (_, memory) in zip(parts, runs, launches)]
 
 
-def _merged(model: str | None, quant: str | None, progress: Callable[[str], None] | None):
-    """The merged checkpoint in `model`, loaded once per process (and per quant)."""
+def merged(model: str | None, quant: str | None = None, progress: Callable[[str], None] | None = None):
+    """The merged checkpoint in `model` (a MergedGpu), loaded once per process (and per quant)."""
     if not model:
         raise LaunchError("backend 'model' needs the merged checkpoint's folder (--model DIR, from `qgpu-min build`)")
     if quant not in (None, "int8"):
