@@ -9,9 +9,9 @@ INT_MIN and INT_MIN % -1 = 0 (wrapping). Division by a constant uses a multiply 
 """
 from __future__ import annotations
 
-from .lower_ir import RZ
+from ..machine.isa import signed32
+from .lower_ir import M32, RZ
 
-M32 = 0xFFFFFFFF
 
 
 def udiv_const(lw, n: str, d: int) -> str:
@@ -49,7 +49,7 @@ def _apply_sign(lw, x: str, s: str) -> str:
 def sdiv_const(lw, n: str, d: int) -> str:
     """n / d for a constant d != 0, signed, truncating."""
     d &= M32
-    sd = d - (1 << 32) if d >> 31 else d
+    sd = signed32(d)
     if sd == 1:
         return n
     a, s = _abs(lw, n)

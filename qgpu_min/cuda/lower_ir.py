@@ -4,11 +4,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import QgpuError
-from ..machine.isa import MEM_WORDS
+from ..machine.isa import MASK32, MEM_WORDS
 from .ptx import Instr, type_width
 
 RZ = "rz"                       # the zero register
-M32 = 0xFFFFFFFF
+M32 = MASK32   # the word mask, under the name the lowering uses
 INT_TYPES = {f"{k}{w}" for k in "bsu" for w in (8, 16, 32, 64)} | {"pred"}
 CONTROL = ("LABEL", "JMP", "BR", "BAR", "EXIT")
 

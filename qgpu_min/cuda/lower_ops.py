@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..machine.isa import ALU_OPS, SPECIAL
+from ..machine.isa import ALU_OPS, SPECIAL, signed32
 from .lower_arith import divmod_loop, sdiv_const, udiv_const
 from .lower_bits import BitOps
 from .lower_ir import INT_TYPES, M32, RZ, LoweringError, MemoryLayout, V, instr_type, instr_width
@@ -78,10 +78,7 @@ class Lowerer(WideOps, BitOps, MemOps):
         self.out.append(v)
         return d
 
-    @staticmethod
-    def _imm(x: int) -> int:
-        x &= M32
-        return x - (1 << 32) if x >> 31 else x
+    _imm = staticmethod(signed32)   # an immediate operand holds the word's signed value
 
     def alu(self, op: str, d: str, a: str | int, b: str | int) -> str:
         if isinstance(a, int):
@@ -569,8 +566,8 @@ class Lowerer(WideOps, BitOps, MemOps):
         signed = kind == "s"
         a, b = self.ext(a, kind, w), self.ext(b, kind, w)
         if isinstance(a, int) and isinstance(b, int) and b:
-            sa = a - (1 << 32) if signed and a >> 31 else a
-            sb = b - (1 << 32) if signed and b >> 31 else b
+            sa = signed32(a) if signed else a
+            sb = signed32(b) if signed else b
             q = abs(sa) // abs(sb) * (1 if (sa < 0) == (sb < 0) else -1)
             self.mov(d, (sa - q * sb) if want_rem else q)
             return

@@ -8,7 +8,7 @@ removal (lower_regalloc.dead_code).
 """
 from __future__ import annotations
 
-from ..machine.isa import ALU_OPS, MEM_OPS, SHFL_OPS, VOTE_OPS
+from ..machine.isa import ALU_OPS, MEM_OPS, SHFL_OPS, VOTE_OPS, signed32
 from .lower_cfg import BB
 from .lower_ir import M32, RZ, V
 
@@ -17,9 +17,7 @@ COMPARES = {"SEQ", "SNE", "SLT", "SLE", "SLTU", "SLEU"}
 ADDRESSED = set(MEM_OPS) - set(SHFL_OPS) - set(VOTE_OPS)   # base register + immediate offset
 
 
-def _imm(x: int) -> int:
-    x &= M32
-    return x - (1 << 32) if x >> 31 else x
+_imm = signed32   # an immediate operand holds the word's signed value
 
 
 def _propagate(ops: list[V], params: bool = False) -> None:

@@ -11,10 +11,9 @@ parameters; atomics (lower_mem: one lane at a time). Not: bfind, bfe, atomic inc
 from __future__ import annotations
 
 from .lower_arith import brev, clz, popc
-from .lower_ir import RZ
+from .lower_ir import M32, RZ
 from .ptx import Imm, Instr, Reg, SReg, Sym
 
-M32 = 0xFFFFFFFF
 
 
 def hi(name: str) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .isa import (LANES, MASK32, MAX_CTAS, MAX_THREADS_PER_CTA, MEM_WORDS, SPECIALS, ZERO, DEFAULT_STEP_LIMIT,
-                  CapacityError, Instr, MachineError, Program, check_program)
+                  CapacityError, Instr, MachineError, Program, check_program, signed32)
 
 
 class MemoryFault(MachineError):
@@ -33,10 +33,6 @@ class StepLimitError(MachineError):
         self.block = block
 
 
-def _s(x: int) -> int:
-    return x - (1 << 32) if x >> 31 else x
-
-
 ALU: dict[str, Callable[[int, int, int], int]] = {
     "NOP": lambda a, b, c: 0,
     "ADD": lambda a, b, c: (a + b) & MASK32,
@@ -48,15 +44,15 @@ ALU: dict[str, Callable[[int, int, int], int]] = {
     "XOR": lambda a, b, c: a ^ b,
     "SHL": lambda a, b, c: (a << (b & 31)) & MASK32,
     "SHR": lambda a, b, c: a >> (b & 31),
-    "SRA": lambda a, b, c: (_s(a) >> (b & 31)) & MASK32,
+    "SRA": lambda a, b, c: (signed32(a) >> (b & 31)) & MASK32,
     "SEQ": lambda a, b, c: int(a == b),
     "SNE": lambda a, b, c: int(a != b),
-    "SLT": lambda a, b, c: int(_s(a) < _s(b)),
-    "SLE": lambda a, b, c: int(_s(a) <= _s(b)),
+    "SLT": lambda a, b, c: int(signed32(a) < signed32(b)),
+    "SLE": lambda a, b, c: int(signed32(a) <= signed32(b)),
     "SLTU": lambda a, b, c: int(a < b),
     "SLEU": lambda a, b, c: int(a <= b),
-    "MIN": lambda a, b, c: a if _s(a) <= _s(b) else b,
-    "MAX": lambda a, b, c: a if _s(a) >= _s(b) else b,
+    "MIN": lambda a, b, c: a if signed32(a) <= signed32(b) else b,
+    "MAX": lambda a, b, c: a if signed32(a) >= signed32(b) else b,
     "MINU": lambda a, b, c: min(a, b),
     "MAXU": lambda a, b, c: max(a, b),
     "SEL": lambda a, b, c: b if a else c,
@@ -65,8 +61,8 @@ ALU: dict[str, Callable[[int, int, int], int]] = {
 # ATOM.<kind>: (old, b, c) -> new word
 ATOM: dict[str, Callable[[int, int, int], int]] = {
     "ADD": lambda o, b, c: (o + b) & MASK32,
-    "MIN": lambda o, b, c: o if _s(o) <= _s(b) else b,
-    "MAX": lambda o, b, c: o if _s(o) >= _s(b) else b,
+    "MIN": lambda o, b, c: o if signed32(o) <= signed32(b) else b,
+    "MAX": lambda o, b, c: o if signed32(o) >= signed32(b) else b,
     "MINU": lambda o, b, c: min(o, b),
     "MAXU": lambda o, b, c: max(o, b),
     "EXCH": lambda o, b, c: b,

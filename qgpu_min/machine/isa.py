@@ -122,6 +122,13 @@ ROW_WORDS = SLOTS + 2
 MASK32 = 0xFFFFFFFF
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1     # a signed word's range
 
+
+def signed32(x: int) -> int:
+    """The signed value of the 32-bit word in x's low 32 bits (two's complement): the one conversion from
+    words to signed integers that the interpreter, the lowering and the encoders share."""
+    x &= MASK32
+    return x - (1 << 32) if x >> 31 else x
+
 ALU_OPS = ("NOP", "ADD", "SUB", "MUL", "MULHU", "AND", "OR", "XOR", "SHL", "SHR", "SRA",
            "SEQ", "SNE", "SLT", "SLE", "SLTU", "SLEU", "MIN", "MAX", "MINU", "MAXU", "SEL", "S2R")
 LOAD_OPS = ("LD", "LDB", "LDBU", "LDH", "LDHU")
@@ -232,7 +239,7 @@ def bind(program: Program, values: list[int], dynamic_shared: int) -> Program:
         b = blocks[bi]
         v = dynamic_shared if pi == -1 else values[pi]
         v = v >> 32 if part else v
-        imm = (v & 0xFFFFFFFF) - (1 << 32) if v & 0x80000000 else v & 0xFFFFFFFF
+        imm = signed32(v)
         if slot < N_PRE:
             b.pre[slot] = replace(b.pre[slot], imm=imm)
         else:
@@ -419,8 +426,7 @@ def decode_instr(word: int) -> Instr | None:
     op = OPCODES[word & 63]
     if op == "NOP" and word == 0:
         return None
-    imm = word >> 32
-    imm = imm - (1 << 32) if imm >> 31 else imm
+    imm = signed32(word >> 32)
     return Instr(op, (word >> 6) & 15, (word >> 10) & 15, (word >> 14) & 15, (word >> 18) & 15,
                  imm, bool(word >> 22 & 1))
 
