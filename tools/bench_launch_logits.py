@@ -1,9 +1,10 @@
 """A launch through a merged checkpoint with its logits over the GPU's rows of the LM head (the default) and
-over the whole vocabulary (what --check does), side by side in one process, rounds interleaved.
+over the whole vocabulary (what --check does), and with --int8 through the same checkpoint quantized at load
+(GPU rows), side by side in one process, rounds interleaved.
 
-    python3 tools/bench_launch_logits.py MERGED_DIR [--rounds N] [--mode fp32|bf16]
+    python3 tools/bench_launch_logits.py MERGED_DIR [--rounds N] [--mode fp32|bf16] [--int8]
 
-Prints decode tokens/s of the README dot launch each way and whether both generated the same tokens and
+Prints decode tokens/s of the README dot launch each way and whether all generated the same tokens and
 result. A benchmark: it asserts nothing about time.
 """
 from __future__ import annotations
@@ -30,30 +31,39 @@ def main() -> int:
     ap.add_argument("model", help="a merged checkpoint (qgpu-min build)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--mode", choices=("fp32", "bf16"), default="fp32")
+    ap.add_argument("--int8", action="store_true", help="also the checkpoint quantized at load (--quant int8)")
     a = ap.parse_args()
-    cg = load_merged(a.model, SPEC)
     program, memory = readme_dot.gpu_image(SPEC)
     load, rest = prompt_parts(program, memory, readme_dot.BLOCK, SPEC)
-    model = cg.model(a.mode)
-    decode, spent = model.decode, [0.0]
+    spent = [0.0]
 
-    def timed(*args, **kwargs):
-        t0 = time.perf_counter()
-        out = decode(*args, **kwargs)
-        spent[0] += time.perf_counter() - t0
-        return out
-    model.decode = timed
-    rates: dict[bool, list[float]] = {False: [], True: []}
+    def timed(model):
+        decode = model.decode
+
+        def wrapper(*args, **kwargs):
+            t0 = time.perf_counter()
+            out = decode(*args, **kwargs)
+            spent[0] += time.perf_counter() - t0
+            return out
+        model.decode = wrapper
+
+    sides = {"GPU rows": (load_merged(a.model, SPEC), False)}
+    sides["whole vocabulary"] = (sides["GPU rows"][0], True)
+    if a.int8:
+        sides["int8, GPU rows"] = (load_merged(a.model, SPEC, "int8"), False)
+    for cg, _ in {id(cg): (cg, f) for cg, f in sides.values()}.values():
+        timed(cg.model(a.mode))
+    rates: dict[str, list[float]] = {name: [] for name in sides}
     runs = {}
     for _ in range(a.rounds):
-        for full in (False, True):
+        for name, (cg, full) in sides.items():
             spent[0] = 0.0
             r = run_launch(cg, load + rest, a.mode, load_len=len(load), full_vocab=full)
-            rates[full].append((len(r.generated) - 1) / spent[0])   # HALT is not fed back
-            runs[full] = (r.generated, r.memory)
-    print(f"decode tokens/s, logits over the GPU's rows: {', '.join(f'{x:.2f}' for x in rates[False])}; "
-          f"over the whole vocabulary: {', '.join(f'{x:.2f}' for x in rates[True])}")
-    same = runs[False] == runs[True]
+            rates[name].append((len(r.generated) - 1) / spent[0])   # HALT is not fed back
+            runs[name] = (r.generated, r.memory)
+    for name, values in rates.items():
+        print(f"decode tokens/s, {name}: {', '.join(f'{x:.2f}' for x in values)}")
+    same = all(run == runs["GPU rows"] for run in runs.values())
     print(f"same tokens and memory: {same}")
     return 0 if same else 1
 
