@@ -153,6 +153,13 @@ static inline float qgpu_bf16_round(float x) {
     return x;
 }
 
+/* The float a bf16 bit pattern stands for (exact: the bits are the float's top half). */
+static inline float qgpu_bf16_value(uint16_t bits) {
+    uint32_t u = (uint32_t)bits << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
 
 /* The core's exp of one value (activations.c), for the other C sources. */
 float qgpu_expf(float x);

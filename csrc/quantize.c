@@ -25,18 +25,11 @@ static inline float round_even(float v) {
     return (v + magic) - magic;
 }
 
-static float widen(uint16_t bits) {
-    uint32_t u = (uint32_t)bits << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
 static void quantize_block(const uint16_t *w, int8_t *q, float *scale) {
     float v[BLOCK], amax = 0.0f;
     int finite = 1;
     for (int k = 0; k < BLOCK; k++) {
-        v[k] = widen(w[k]);
+        v[k] = qgpu_bf16_value(w[k]);
         finite &= isfinite(v[k]) != 0;
         if (fabsf(v[k]) > amax) amax = fabsf(v[k]);
     }

@@ -14,13 +14,6 @@ typedef struct {
     float *y;
 } sparse_args;
 
-static inline float bf16_value(uint16_t bits) {
-    uint32_t u = (uint32_t)bits << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
 enum { SPAN_ROWS = 32 };
 
 /* Rows [r0, r1): a stretch with no nonzero at all (indptr equal at both ends; a circuit layer's matrices
@@ -40,7 +33,7 @@ static void rows_span(const sparse_args *a, const float *x, float *y, size_t r0,
     for (size_t r = r0; r < r1; r++) {
         float acc = 0.0f;
         for (int64_t e = a->indptr[r]; e < a->indptr[r + 1]; e++)
-            acc += bf16_value(a->values[e]) * x[a->indices[e]];
+            acc += qgpu_bf16_value(a->values[e]) * x[a->indices[e]];
         y[r] = acc;
     }
 }
