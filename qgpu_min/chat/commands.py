@@ -9,7 +9,7 @@ import click
 
 from ..cli import user_errors
 from ..errors import QgpuError
-from ..model.modes import MODES
+from ..model.modes import MODES, QUANTS
 from .toolcall import CLOSE, OPEN
 from .tools import MODES as CHAT_MODES
 
@@ -28,7 +28,7 @@ HELP_LINE = "Type a question. /reset starts over, /quit (or Ctrl-D) leaves; Ctrl
               help="where launches run [model when --model was built by qgpu-min build, else circuit]")
 @click.option("--precision", type=click.Choice(MODES), default="fp32", show_default=True,
               help="activations of Qwen and of the GPU: fp32, or bf16 as torch rounds them")
-@click.option("--quant", type=click.Choice(["int8"]), help="quantize the checkpoint's Qwen layers and LM head to int8 "
+@click.option("--quant", type=click.Choice(QUANTS), help="quantize the checkpoint's Qwen layers and LM head to int8 "
               "at load (about half the bytes per token; the GPU's layers stay exact)")
 @click.option("--think", is_flag=True, help="let Qwen think before it answers")
 @click.option("--max-new-tokens", default=512, show_default=True, type=click.IntRange(min=1),

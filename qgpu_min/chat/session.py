@@ -102,18 +102,18 @@ def open_conversation(model_dir: str | Path, mode: str = "normal", backend: str 
     `backend` chooses. `replies`: Qwen's replies scripted instead of generated (the launches still run).
     `quant`: the checkpoint's Qwen layers quantized at load ("int8"; its GPU's layers stay exact); Qwen and the
     launches then share the one quantized model."""
-    from ..model.forward import load_model
     from ..model.generate import Sampling, default_sampling
     from .template import template_text
     backend = backend or ("model" if (Path(model_dir) / "qgpu_manifest.json").exists() else "circuit")
     if replies is not None:
         chat_model = ScriptedChatModel(replies)
     else:
-        from ..gpu.merged import gpu_layers
-        model = load_model(model_dir, mode=precision, quant=quant, keep_layers=gpu_layers(model_dir))
-        if backend == "model":   # the launches run through this same model (one copy of the weights)
+        if backend == "model":   # Qwen answers through the model its launches run on (one copy of the weights)
             from ..gpu.backend import merged
-            merged(str(model_dir), quant).models.setdefault(precision, model)
+            model = merged(str(model_dir), quant).model(precision)
+        else:
+            from ..gpu.merged import load_checkpoint
+            model = load_checkpoint(model_dir, precision, quant)
         d = default_sampling(model)
         chat_model = RuntimeChatModel(model, max_new_tokens, Sampling(temperature=d["temperature"], top_p=d["top_p"],
                                                                       top_k=int(d["top_k"])))

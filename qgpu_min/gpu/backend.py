@@ -18,6 +18,7 @@ from ..host.backend import BackendRun, LaunchError
 from ..machine.interp import MemoryFault, StepLimitError
 from ..machine.isa import LANES, Program
 from ..machine.isa import DEFAULT_STEP_LIMIT
+from ..model.modes import QUANTS
 from .layout import GpuSpec
 from .model import TooManyTokens, current_cta
 from .model import run_launch as run_model
@@ -112,8 +113,8 @@ def merged(model: str | None, quant: str | None = None, progress: Callable[[str]
     """The merged checkpoint in `model` (a MergedGpu), loaded once per process (and per quant)."""
     if not model:
         raise LaunchError("backend 'model' needs the merged checkpoint's folder (--model DIR, from `qgpu-min build`)")
-    if quant not in (None, "int8"):
-        raise LaunchError(f"quant {quant!r}: choose int8 (or none)")
+    if quant is not None and quant not in QUANTS:
+        raise LaunchError(f"quant {quant!r}: choose {' or '.join(QUANTS)} (or none)")
     key = (str(Path(model).resolve()), quant)
     if key not in _MERGED:
         from .merged import load_merged

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from ..cli import user_errors
+from ..model.modes import QUANTS
 
 
 def default_out_dir(base: Path) -> Path:
@@ -66,7 +67,7 @@ def build_command(base: Path | None, out: Path | None, force: bool, max_leaks: i
 @click.option("--model", "model_dir", type=click.Path(file_okay=False, exists=True, path_type=Path), required=True,
               help="The merged checkpoint (from `qgpu-min build`); with --quant, any checkpoint (the base itself "
                    "measures the quantization alone).")
-@click.option("--quant", type=click.Choice(["int8"]), help="Load the model quantized (its GPU layers stay exact): "
+@click.option("--quant", type=click.Choice(QUANTS), help="Load the model quantized (its GPU layers stay exact): "
               "the drift then includes the quantization's.")
 @click.option("--text", "text_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="A UTF-8 text to read (default: a built-in sample of varied text).")
@@ -83,7 +84,7 @@ def drift_command(base: Path, model_dir: Path, quant: str | None, text_file: Pat
     from ..model.errors import ModelInputError
     from ..model.forward import load_model
     from ..model.generation_config import read_generation_config
-    from .merged import MANIFEST, gpu_layers, manifest_leaky_ids, read_manifest
+    from .merged import MANIFEST, load_checkpoint, manifest_leaky_ids, read_manifest
 
     # a folder that is not a built checkpoint is refused before loading (with --quant it is compared as it is)
     manifest = read_manifest(model_dir) if not quant or (model_dir / MANIFEST).is_file() else None
@@ -93,9 +94,7 @@ def drift_command(base: Path, model_dir: Path, quant: str | None, text_file: Pat
     except (OSError, UnicodeDecodeError) as e:
         raise ModelInputError(f"{text_file}: cannot be read as UTF-8 text ({e})") from None
     say(f"loading {base} and {model_dir} ({mode}{', ' + quant if quant else ''}) ...")
-    b = load_model(base, mode)
-    m = load_model(model_dir, mode, quant=quant, keep_layers=gpu_layers(model_dir)) if quant else \
-        load_model(model_dir, mode)
+    b, m = load_model(base, mode), load_checkpoint(model_dir, mode, quant)
     if b.tokenizer is None:
         raise ModelInputError(f"{base}: no tokenizer.json, so the text cannot be encoded")
     ids = b.tokenizer.encode(text)[:limit]

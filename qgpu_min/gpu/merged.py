@@ -354,6 +354,15 @@ def load_merged(model_dir: str | Path, spec: GpuSpec = GpuSpec(), quant: str | N
     return MergedGpu(gc, vocab, p, model_dir, lo, last, quant)
 
 
+def load_checkpoint(model_dir: str | Path, mode: str = "fp32", quant: str | None = None,
+                    progress: Callable[[int, int], None] | None = None) -> Model:
+    """forward.load_model for any checkpoint; quantizing one built by `qgpu-min build` keeps its GPU's layers
+    exact (its manifest names them)."""
+    from ..model.forward import load_model
+    return load_model(model_dir, mode, quant=quant, keep_layers=gpu_layers(model_dir) if quant else (),
+                      progress=progress)
+
+
 def gpu_layers(model_dir: str | Path) -> range:
     """The GPU's layers of a checkpoint built by `qgpu-min build` (its manifest says), none for any other
     checkpoint: what quantizing at load must keep exact."""

@@ -14,7 +14,7 @@ import click
 
 from ..cli import user_errors
 from ..machine.isa import DEFAULT_STEP_LIMIT, MAX_THREADS_PER_CTA
-from ..model.modes import MODES
+from ..model.modes import MODES, QUANTS
 from .args import bind_args, parse_dim, parse_value
 
 BACKENDS = ("interp", "model", "circuit")
@@ -89,7 +89,7 @@ def _ints(values) -> list[int]:
                    "from `qgpu-min build`, the GPU in front of Qwen3.5 (--model DIR).")
 @click.option("--model", "model_dir", type=click.Path(file_okay=False, exists=True), metavar="DIR",
               help="model: the merged checkpoint's folder (printed by `qgpu-min build`).")
-@click.option("--quant", type=click.Choice(["int8"]), help="model: the checkpoint's Qwen layers and LM head "
+@click.option("--quant", type=click.Choice(QUANTS), help="model: the checkpoint's Qwen layers and LM head "
               "quantized to int8 at load (Q8: a scale per 32 weights; half the bytes to read); the GPU's layers and "
               "its tokens' logits stay exact.")
 @click.option("--mode", type=click.Choice(MODES), help="circuit/model: activations in fp32 "

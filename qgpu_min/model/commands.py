@@ -7,8 +7,7 @@ import sys
 import click
 
 from ..errors import QgpuError
-from .modes import MODES
-from .weights import QUANTS
+from .modes import MODES, QUANTS
 
 
 @click.command("generate")
@@ -70,10 +69,9 @@ def generate_command(model_dir: str, prompts: tuple[str, ...], max_new_tokens: i
 
 def load_quantized(model_dir: str, mode: str, quant: str):
     """load_model with quant, a built checkpoint's GPU layers kept exact, progress on stderr."""
-    from ..gpu.merged import gpu_layers   # a built checkpoint's manifest names its GPU layers
-    from .forward import load_model
+    from ..gpu.merged import load_checkpoint   # a built checkpoint's GPU layers stay exact
 
     click.echo(f"loading {model_dir}, quantizing to {quant} ...", err=True)
-    return load_model(model_dir, mode=mode, quant=quant, keep_layers=gpu_layers(model_dir),
-                      progress=lambda done, total: click.echo(f"  {done}/{total} layers", err=True)
-                      if done == total or done % 8 == 0 else None)
+    return load_checkpoint(model_dir, mode, quant,
+                           progress=lambda done, total: click.echo(f"  {done}/{total} layers", err=True)
+                           if done == total or done % 8 == 0 else None)

@@ -16,6 +16,7 @@ from . import kernels
 from .bf16 import bf16_to_f32
 from .config import TextConfig
 from .errors import CheckpointError
+from .modes import QUANTS
 from .safetensors_io import NUMPY_DTYPES, MappedFiles, read_checkpoint_headers
 
 SKIPPED_PREFIXES = ("model.visual.", "mtp.")  # vision tower and multi-token-prediction head: not text
@@ -210,9 +211,6 @@ def weights_from_arrays(cfg: TextConfig, tensors: dict[str, np.ndarray], sparse:
     text = _without_tied_copy(text, dtypes, cfg)
     check_tensors({n: (dtypes[n], a.shape) for n, a in text.items()}, cfg)
     return build_weights(cfg, {n: np.ascontiguousarray(a) for n, a in text.items()}, sparse)
-
-
-QUANTS = ("int8",)  # the --quant choices; int8 is Q8 (kernels.QuantQ8)
 
 
 def check_quant(quant: str | None) -> None:
