@@ -253,6 +253,12 @@ def _fmt(value: float | None, pattern: str) -> str:
     return "-" if value is None else pattern.format(value)
 
 
+def _aligned(rows: list[tuple[str, ...]]) -> str:
+    """Rows of cells as text columns, each as wide as its widest cell."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
 def table(ours: dict, hf: dict | None, hf_note: str, args: argparse.Namespace, path: Path) -> str:
     bw = ours["bandwidth"]["best"]
     floor_ms = 1e3 * ours["bytes_per_token"] / bw
@@ -281,8 +287,7 @@ def table(ours: dict, hf: dict | None, hf_note: str, args: argparse.Namespace, p
         ("peak RSS", f"{ours['peak_rss'] / GB:.2f} GB",
          _fmt(h.get("peak_rss", None) and h["peak_rss"] / GB, "{:.2f} GB"), ""),
     ]
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    return _aligned(rows)
 
 
 def int8_table(ours: dict, q8: dict, runs: dict) -> str:
@@ -302,8 +307,7 @@ def int8_table(ours: dict, q8: dict, runs: dict) -> str:
              f"{1e3 / q8['decode_tok_s'] / (1e3 * q8['bytes_per_token'] / bw):.2f}x", ""),
             ("decode / own floor, paired (median, best)", _paired(ours), _paired(q8), ""),
             ("peak RSS", f"{ours['peak_rss'] / GB:.2f} GB", f"{q8['peak_rss'] / GB:.2f} GB", "")]
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    return _aligned(rows)
 
 
 def vs_table(sides: dict[str, dict], runs: dict[str, list[dict]]) -> str:
@@ -321,8 +325,7 @@ def vs_table(sides: dict[str, dict], runs: dict[str, list[dict]]) -> str:
                          *(f"{sides[mine]['decode_tok_s'] / sides[other]['decode_tok_s']:.2f}x, "
                            f"{sides[mine]['prefill_tok_s'] / sides[other]['prefill_tok_s']:.2f}x" if n == mine else ""
                            for n in names)))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    return _aligned(rows)
 
 
 def main() -> int:

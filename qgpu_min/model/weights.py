@@ -223,8 +223,8 @@ def quantize_weights(w: Weights, keep_layers: Collection[int] = (),
     """The same model with every dense matrix of the layers outside keep_layers, and the LM head, as Q8
     (kernels.quantize_q8): about half the bytes per decoded token. CSR matrices (circuit layers), vectors,
     the embedding (one row read per token), a matrix whose width is not a multiple of kernels.Q8_BLOCK, and
-    every matrix of keep_layers stay as they are, bit for bit, so
-    a merged checkpoint's GPU layers (pass them as keep_layers) and its launch logits stay exact.
+    every matrix of keep_layers stay as they are, bit for bit, so a merged checkpoint's GPU layers (pass them
+    as keep_layers) and its launch logits stay exact.
     progress(done, total) is called after each layer."""
     def q8(a: object) -> object:
         if not (isinstance(a, np.ndarray) and a.dtype == np.uint16 and a.ndim == 2) or a.shape[1] % kernels.Q8_BLOCK:
