@@ -168,16 +168,21 @@ class Model:
         """Run the tokens through every layer, advancing `state`; returns the final-norm output f32
         (T, hidden), what the LM head sees. A list passed as layer_outputs receives the residual stream
         f32 (T, hidden) after each layer, in layer order."""
-        h = self.embed(token_ids)
-        if h.shape[0] == 1 and self._decode_layers is not None and layer_outputs is None:
-            h = self._decode_all(state, h)
+        return self._hidden([state], self.embed(token_ids), layer_outputs)
+
+    def _hidden(self, states: Sequence[State], h: np.ndarray, layer_outputs: list | None = None) -> np.ndarray:
+        """h (T, hidden) through every layer and the final norm: the T tokens of one sequence, or one token of
+        each of T sequences (decode_batch); each state advances by its tokens."""
+        if len(states) == 1 and h.shape[0] == 1 and self._decode_layers is not None and layer_outputs is None:
+            h = self._decode_all(states[0], h)
         else:
             with np.errstate(over="ignore"):  # exp overflowing to inf is how sigmoid/silu reach exactly 0
                 for i, kind in enumerate(self.config.layer_types):
-                    h = self._layer([state], i, kind, h)
+                    h = self._layer(states, i, kind, h)
                     if layer_outputs is not None:
                         layer_outputs.append(h)
-        state.pos += h.shape[0]
+        for state, rows in self._per_state(states, h.shape[0]):
+            state.pos += rows.stop - rows.start
         return self.r(kernels.rmsnorm(h, self.weights.final_norm, self.config.rms_norm_eps, plus_one=True))
 
     def logits(self, hidden: np.ndarray, token_subset: TokenIds | None = None) -> np.ndarray:
@@ -210,15 +215,9 @@ class Model:
         if len({id(s) for s in states}) != len(states):
             raise ModelInputError("decode_batch: the same state appears twice (each sequence needs its own)")
         head = self._head(token_subset)
-        if len(states) == 1:    # the single-sequence fast paths (circuit layers' one-call decode)
-            return self._apply_head(head, self.forward_hidden(states[0], ids)[0])[None]
-        h = self.embed(ids)
-        with np.errstate(over="ignore"):
-            for i, kind in enumerate(self.config.layer_types):
-                h = self._layer(states, i, kind, h)
-        for state in states:
-            state.pos += 1
-        hidden = self.r(kernels.rmsnorm(h, self.weights.final_norm, self.config.rms_norm_eps, plus_one=True))
+        hidden = self._hidden(states, self.embed(ids))
+        if len(states) == 1:    # decode's own head product (chunk-sparse for a circuit's head)
+            return self._apply_head(head, hidden[0])[None]
         return self._apply_head(head, hidden)
 
     def chunked_head(self) -> kernels.ChunkedBF16 | None:
