@@ -21,7 +21,7 @@
 #include <immintrin.h>
 #endif
 
-enum { ISA_GENERIC = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
+enum { ISA_GENERIC = 0, ISA_AVX2 = 1, ISA_AVX512 = 2, ISA_AMX = 3 };
 enum { X_BLOCK_FLOATS = 1 << 16 }; /* 256 KiB of activations per token block */
 
 typedef struct {
@@ -32,6 +32,7 @@ typedef struct {
     float *y;
     const int8_t *q;      /* Q8: int8 weights [out, in] */
     const float *scales;  /* Q8: [out, in / 32] */
+    const uint16_t *xp;   /* amx level, bf16 activations: X packed by qgpu_amx_pack, else NULL */
 } prod_args;
 
 /* Rows are read 4 at a time, and a row of 2048 bf16 is one 4 KiB page, where the hardware prefetchers
@@ -379,10 +380,11 @@ DEFINE_ROWS(q8_rows_avx512, AVX512, q8_tile_avx512, 2)
 
 /* ---- dispatch ---- */
 
-static const qgpu_range_fn ROWS_BY_ISA[] = {
+static const qgpu_range_fn ROWS_BY_ISA[] = { /* fp32 activations; the amx level's are AVX-512's */
     rows_generic,
 #ifdef QGPU_X86
     rows_avx2,
+    rows_avx512,
     rows_avx512,
 #endif
 };
@@ -392,6 +394,7 @@ static const qgpu_range_fn Q8_ROWS_BY_ISA[] = {
 #ifdef QGPU_X86
     q8_rows_avx2,
     q8_rows_avx512,
+    q8_rows_avx512,
 #endif
 };
 
@@ -400,6 +403,7 @@ static int isa_level = -1; /* -1: not chosen yet */
 int qgpu_best_isa(void) {
 #ifdef QGPU_X86
     __builtin_cpu_init();
+    if (qgpu_amx_usable()) return ISA_AMX;
     if (__builtin_cpu_supports("avx512f")) return ISA_AVX512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return ISA_AVX2;
 #endif
@@ -440,20 +444,47 @@ static void multi_rows(void *ctx, size_t v0, size_t v1) {
     }
 }
 
-void qgpu_matmul_multi(const qgpu_matrix *ws, size_t count, size_t in, const float *x, size_t n, float *y) {
+/* bf16 matrices at the amx level with bf16 activations (xp: X packed by qgpu_amx_pack) */
+static void amx_rows(void *ctx, size_t r0, size_t r1) {
+    const prod_args *a = (const prod_args *)ctx;
+    qgpu_amx_rows(a->w, a->out, a->in, a->xp, a->n, a->y, r0, r1);
+}
+
+static void run_multi(const qgpu_matrix *ws, size_t count, size_t in, const float *x, size_t n, float *y,
+                      const uint16_t *xp) {
     multi_args m;
     size_t rows = 0, work_rows = 0;
     int level = qgpu_get_isa();
     m.count = count < QGPU_MAX_MULTI ? count : QGPU_MAX_MULTI;
     for (size_t j = 0; j < m.count; j++) {
-        prod_args a = {ws[j].w, ws[j].out, in, x, n, y + n * work_rows, ws[j].q, ws[j].scales};
+        prod_args a = {ws[j].w, ws[j].out, in, x, n, y + n * work_rows, ws[j].q, ws[j].scales, xp};
         m.parts[j] = a;
-        m.rows[j] = ws[j].w ? ROWS_BY_ISA[level] : Q8_ROWS_BY_ISA[level];
+        m.rows[j] = !ws[j].w ? Q8_ROWS_BY_ISA[level] : xp ? amx_rows : ROWS_BY_ISA[level];
         m.start[j] = rows;
         rows += (ws[j].out + ROW_GRAIN - 1) / ROW_GRAIN * ROW_GRAIN;
         work_rows += ws[j].out;
     }
     qgpu_parallel_for(rows, ROW_GRAIN, work_rows * in * (n ? n : 1), multi_rows, &m);
+}
+
+void qgpu_matmul_multi(const qgpu_matrix *ws, size_t count, size_t in, const float *x, size_t n, float *y) {
+    run_multi(ws, count, in, x, n, y, NULL);
+}
+
+size_t qgpu_bf16x_scratch(size_t n, size_t in) { return qgpu_amx_packed_size(n, in); }
+
+int qgpu_matmul_multi_bf16x(const qgpu_matrix *ws, size_t count, size_t in, const float *x, size_t n, float *y,
+                            uint16_t *scratch) {
+    uint32_t low = 0;
+    for (size_t i = 0; i < n * in; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        low |= u & 0xFFFFu;
+    }
+    if (low) return 0; /* a value that is not a bf16 */
+    if (qgpu_get_isa() == ISA_AMX) qgpu_amx_pack(x, n, in, scratch);
+    run_multi(ws, count, in, x, n, y, qgpu_get_isa() == ISA_AMX ? scratch : NULL);
+    return 1;
 }
 
 void qgpu_matmul_bf16_multi(const uint16_t *const *ws, const size_t *outs, size_t count, size_t in,
@@ -563,7 +594,7 @@ AVX512 static void chunk_rows_avx512(void *ctx, size_t r0, size_t r1) {
 }
 #endif
 
-int qgpu_isa_lanes(int level) { return level == ISA_AVX512 ? 16 : 8; }
+int qgpu_isa_lanes(int level) { return level >= ISA_AVX512 ? 16 : 8; }
 
 int qgpu_chunked_matvec_bf16(size_t out, size_t in, size_t lanes, const int64_t *ptr, const int32_t *cols,
                              const uint16_t *w, const int8_t *w8, const float *x, float *y) {
@@ -574,7 +605,7 @@ int qgpu_chunked_matvec_bf16(size_t out, size_t in, size_t lanes, const int64_t 
     qgpu_range_fn fn = chunk_rows_generic;
 #ifdef QGPU_X86
     if (level == ISA_AVX2) fn = chunk_rows_avx2;
-    if (level == ISA_AVX512) fn = chunk_rows_avx512;
+    if (level >= ISA_AVX512) fn = chunk_rows_avx512;
 #endif
     chunk_args a = {out, in, ptr, cols, w, w8, x, y};
     qgpu_parallel_for(out, ROW_GRAIN, (size_t)ptr[out] * lanes + out, fn, &a);

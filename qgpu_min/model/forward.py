@@ -107,6 +107,7 @@ class Model:
                                                             if n in layer}} for layer in weights.layers])
         self.config, self.weights, self.mode, self.tokenizer, self.path = config, weights, mode, tokenizer, path
         self.r = kernels.round_bf16 if mode == "bf16" else _identity  # bf16.round_bf16's bits, in C
+        self.bf16_x = mode == "bf16"  # the layers' products read bf16 activations (not the head: see _apply_head)
         rot = config.rotary_dim
         self._inv_freq = (np.float32(1) / np.power(np.float32(config.rope_theta),
                                                    np.arange(0, rot, 2, dtype=np.float32) / np.float32(rot)))
@@ -273,16 +274,17 @@ class Model:
     # ---- layers ----------------------------------------------------------------------------------------------
 
     def _linear(self, w, x: np.ndarray) -> np.ndarray:
-        """r(x @ W.T) for x (T, in); the matrix-vector kernel when T == 1."""
+        """r(x @ W.T) for x (T, in); the matrix-vector kernel when T == 1. In bf16 mode x holds bf16 values,
+        which the products are told (bf16_x: AMX tiles where the CPU has them)."""
         if x.shape[0] == 1:
-            return self.r(kernels.matvec_bf16(w, x[0]))[None]
-        return self.r(kernels.matmul_bf16(w, x))
+            return self.r(kernels.matvec_bf16(w, x[0], self.bf16_x))[None]
+        return self.r(kernels.matmul_bf16(w, x, self.bf16_x))
 
     def _linears(self, ws: list, x: np.ndarray) -> list[np.ndarray]:
         """[_linear(w, x) for w in ws], bit for bit, in one parallel dispatch (projections of one input)."""
         if x.shape[0] == 1:
-            return [self.r(y)[None] for y in kernels.matvec_bf16_multi(ws, x[0])]
-        return [self.r(y) for y in kernels.matmul_bf16_multi(ws, x)]
+            return [self.r(y)[None] for y in kernels.matvec_bf16_multi(ws, x[0], self.bf16_x)]
+        return [self.r(y) for y in kernels.matmul_bf16_multi(ws, x, self.bf16_x)]
 
     def _norm(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
         return self.r(kernels.rmsnorm(x, w, self.config.rms_norm_eps, plus_one=True))

@@ -25,7 +25,7 @@ from qgpu_min.model.kernels_ref import (  # noqa: F401  (re-exported: same API a
     maybe_sparse)
 from qgpu_min.model.kernels_ref import describe_arg
 
-ISA_NAMES = ("generic", "avx2", "avx512")
+ISA_NAMES = ("generic", "avx2", "avx512", "amx")  # amx: AVX-512, and AMX-BF16 tiles for bf16_x products
 
 
 def threads() -> int:
@@ -41,7 +41,7 @@ def set_threads(n: int | None) -> None:
 
 
 def isa() -> str:
-    """The SIMD level the dense products use: 'generic', 'avx2' or 'avx512'."""
+    """The SIMD level the dense products use: 'generic', 'avx2', 'avx512' or 'amx'."""
     return ISA_NAMES[lib.qgpu_get_isa()]
 
 
@@ -106,47 +106,38 @@ def _floats(a: np.ndarray) -> object:
 Weight = np.ndarray | SparseBF16 | QuantQ8  # what the products take: dense bf16 bits, CSR, or Q8
 
 
-def matvec_bf16(w_bits: Weight, x: np.ndarray) -> np.ndarray:
-    """y = W x: W bf16 [out, in] (dense uint16 bits or SparseBF16, or a QuantQ8), x f32 [in] -> f32 [out]."""
+def matvec_bf16(w_bits: Weight, x: np.ndarray, bf16_x: bool = False) -> np.ndarray:
+    """y = W x: W bf16 [out, in] (dense uint16 bits or SparseBF16, or a QuantQ8), x f32 [in] -> f32 [out].
+    bf16_x: x holds bf16 values only (bf16 mode; an error otherwise), which the amx level multiplies on AMX
+    tiles (its own summation order; the other levels and CSR weights compute as without it)."""
     if isinstance(w_bits, SparseBF16):
         return sparse_matvec(w_bits, x)
-    if isinstance(w_bits, QuantQ8):
-        return matvec_bf16_multi([w_bits], x)[0]
-    w = _weight("matvec_bf16", w_bits)
-    out, n_in = w.shape
-    x = _activation("matvec_bf16", "x", x, (n_in,))
-    y = np.empty(out, dtype=np.float32)
-    lib.qgpu_matvec_bf16(ffi.from_buffer("uint16_t[]", w), out, n_in, _floats(x), _floats(y))
-    return y
+    w = w_bits if isinstance(w_bits, QuantQ8) else _weight("matvec_bf16", w_bits)
+    return _multi("matvec_bf16", [w], _activation("matvec_bf16", "x", x, (w.shape[1],))[None], bf16_x)[0][0]
 
 
-def matmul_bf16(w_bits: Weight, x: np.ndarray) -> np.ndarray:
-    """Y = X W^T: W bf16 [out, in] (dense uint16 bits or SparseBF16, or a QuantQ8), X f32 [n, in] -> f32 [n, out]."""
+def matmul_bf16(w_bits: Weight, x: np.ndarray, bf16_x: bool = False) -> np.ndarray:
+    """Y = X W^T: W bf16 [out, in] (dense uint16 bits or SparseBF16, or a QuantQ8), X f32 [n, in] -> f32 [n, out].
+    bf16_x as for matvec_bf16."""
     if isinstance(w_bits, SparseBF16):
         return sparse_matmul(w_bits, x)
-    if isinstance(w_bits, QuantQ8):
-        return matmul_bf16_multi([w_bits], x)[0]
-    w = _weight("matmul_bf16", w_bits)
-    out, n_in = w.shape
-    x = _activation("matmul_bf16", "x", x, (None, n_in))
-    y = np.empty((x.shape[0], out), dtype=np.float32)
-    if x.shape[0]:
-        lib.qgpu_matmul_bf16(ffi.from_buffer("uint16_t[]", w), out, n_in, _floats(x), x.shape[0], _floats(y))
-    return y
+    w = w_bits if isinstance(w_bits, QuantQ8) else _weight("matmul_bf16", w_bits)
+    return _multi("matmul_bf16", [w], _activation("matmul_bf16", "x", x, (None, w.shape[1])), bf16_x)[0]
 
 
-def matmul_bf16_multi(ws: Sequence[Weight], x: np.ndarray) -> list[np.ndarray]:
-    """[matmul_bf16(w, x) for w in ws], bit for bit, with the dense weights in one parallel dispatch (fewer
-    thread wake-ups when several projections read the same input): X f32 [n, in] -> [f32 [n, out_j]]."""
+def matmul_bf16_multi(ws: Sequence[Weight], x: np.ndarray, bf16_x: bool = False) -> list[np.ndarray]:
+    """[matmul_bf16(w, x, bf16_x) for w in ws], bit for bit, with the dense weights in one parallel dispatch
+    (fewer thread wake-ups when several projections read the same input): X f32 [n, in] -> [f32 [n, out_j]]."""
     n_in = _multi_width("matmul_bf16_multi", ws)
-    return _multi(ws, _activation("matmul_bf16_multi", "x", x, (None, n_in)))
+    return _multi("matmul_bf16_multi", ws, _activation("matmul_bf16_multi", "x", x, (None, n_in)), bf16_x)
 
 
-def matvec_bf16_multi(ws: Sequence[Weight], x: np.ndarray) -> list[np.ndarray]:
-    """[matvec_bf16(w, x) for w in ws], bit for bit, with the dense weights in one parallel dispatch:
+def matvec_bf16_multi(ws: Sequence[Weight], x: np.ndarray, bf16_x: bool = False) -> list[np.ndarray]:
+    """[matvec_bf16(w, x, bf16_x) for w in ws], bit for bit, with the dense weights in one parallel dispatch:
     x f32 [in] -> [f32 [out_j]]. For decode, e.g. in_proj_qkv/z/b/a, gate/up, or q/k/v on one input."""
     n_in = _multi_width("matvec_bf16_multi", ws)
-    return [y[0] for y in _multi(ws, _activation("matvec_bf16_multi", "x", x, (n_in,))[None])]
+    x = _activation("matvec_bf16_multi", "x", x, (n_in,))
+    return [y[0] for y in _multi("matvec_bf16_multi", ws, x[None], bf16_x)]
 
 
 def _multi_width(fn: str, ws: object) -> int:
@@ -164,10 +155,11 @@ def _multi_width(fn: str, ws: object) -> int:
     return n_in
 
 
-def _multi(ws: Sequence[Weight], x: np.ndarray) -> list[np.ndarray]:
+def _multi(fn: str, ws: Sequence[Weight], x: np.ndarray, bf16_x: bool) -> list[np.ndarray]:
     """The products of checked weights; the dense ones' (bf16 and Q8) results are views of one buffer, which
     the C call fills in groups of up to QGPU_MAX_MULTI matrices."""
     n, n_in = x.shape
+    scratch = np.empty(lib.qgpu_bf16x_scratch(n, n_in) if bf16_x else 0, np.uint16)
     dense = [w for w in ws if not isinstance(w, SparseBF16)]
     buf = np.empty(n * sum(w.shape[0] for w in dense), np.float32)
     ys, offset = [], 0
@@ -190,9 +182,23 @@ def _multi(ws: Sequence[Weight], x: np.ndarray) -> list[np.ndarray]:
                 keep.append(ffi.from_buffer("uint16_t[]", w))
                 m.w = keep[-1]
             m.out = w.shape[0]
-        lib.qgpu_matmul_multi(matrices, len(group), n_in, _floats(x), n, _floats(buf[offset:]))
+        if bf16_x:
+            if not lib.qgpu_matmul_multi_bf16x(matrices, len(group), n_in, _floats(x), n, _floats(buf[offset:]),
+                                               ffi.from_buffer("uint16_t[]", scratch)):
+                _not_bf16(fn, x)  # the first group's check: nothing computed yet
+        else:
+            lib.qgpu_matmul_multi(matrices, len(group), n_in, _floats(x), n, _floats(buf[offset:]))
         offset += n * sum(w.shape[0] for w in group)
     return ys
+
+
+def _not_bf16(fn: str, x: np.ndarray) -> None:
+    """The error for bf16_x=True with x holding a float whose low 16 bits are not all zero."""
+    low = x.view(np.uint32) & np.uint32(0xFFFF)
+    where = tuple(int(i) for i in np.unravel_index(int(np.flatnonzero(low)[0]), x.shape))
+    shown = where[1:] if fn.startswith("matvec") else where  # a matvec's x is the one row of X
+    raise KernelInputError(f"{fn}: bf16_x=True, but x{list(shown)} = {float(x[where])!r} is not a bf16 value "
+                           f"(round it with round_bf16 first, or leave bf16_x False)")
 
 
 def quantize_q8(w_bits: np.ndarray) -> QuantQ8:

@@ -278,18 +278,18 @@ def chunked_matvec(w: ChunkedBF16, x: np.ndarray) -> np.ndarray:
     return matvec_bf16(w.to_dense(), x)
 
 
-def matvec_bf16(w_bits: np.ndarray | SparseBF16 | QuantQ8, x: np.ndarray) -> np.ndarray:
+def matvec_bf16(w_bits: np.ndarray | SparseBF16 | QuantQ8, x: np.ndarray, bf16_x: bool = False) -> np.ndarray:
     """y[o] = sum_i W[o, i] * x[i]: W bf16 [out, in] (dense bits or SparseBF16, or a QuantQ8), x f32 [in] ->
-    f32 [out]."""
-    if isinstance(w_bits, QuantQ8):
-        return matmul_q8(w_bits, x[None])[0]
-    if isinstance(w_bits, SparseBF16):
-        return sparse_matvec(w_bits, x)
-    return bf16_to_f32(w_bits) @ x
+    f32 [out]. bf16_x: x holds bf16 values only (checked); the C core may then use AMX tiles, which change
+    only the summation order."""
+    return matmul_bf16(w_bits, x[None], bf16_x)[0]
 
 
-def matmul_bf16(w_bits: np.ndarray | SparseBF16 | QuantQ8, x: np.ndarray) -> np.ndarray:
-    """Y = X @ W.T: W bf16 [out, in] (dense bits or SparseBF16, or a QuantQ8), X f32 [n, in] -> f32 [n, out]."""
+def matmul_bf16(w_bits: np.ndarray | SparseBF16 | QuantQ8, x: np.ndarray, bf16_x: bool = False) -> np.ndarray:
+    """Y = X @ W.T: W bf16 [out, in] (dense bits or SparseBF16, or a QuantQ8), X f32 [n, in] -> f32 [n, out].
+    bf16_x as for matvec_bf16."""
+    if bf16_x and (x.view(np.uint32) & np.uint32(0xFFFF)).any():
+        raise KernelInputError("matmul_bf16: bf16_x=True, but x holds a value that is not a bf16")
     if isinstance(w_bits, QuantQ8):
         return matmul_q8(w_bits, x)
     if isinstance(w_bits, SparseBF16):
@@ -297,14 +297,14 @@ def matmul_bf16(w_bits: np.ndarray | SparseBF16 | QuantQ8, x: np.ndarray) -> np.
     return x @ bf16_to_f32(w_bits).T
 
 
-def matvec_bf16_multi(ws: list, x: np.ndarray) -> list[np.ndarray]:
-    """Several products sharing one input x f32 [in]: [matvec_bf16(w, x) for w in ws]."""
-    return [matvec_bf16(w, x) for w in ws]
+def matvec_bf16_multi(ws: list, x: np.ndarray, bf16_x: bool = False) -> list[np.ndarray]:
+    """Several products sharing one input x f32 [in]: [matvec_bf16(w, x, bf16_x) for w in ws]."""
+    return [matvec_bf16(w, x, bf16_x) for w in ws]
 
 
-def matmul_bf16_multi(ws: list, x: np.ndarray) -> list[np.ndarray]:
-    """Several products sharing one input X f32 [n, in]: [matmul_bf16(w, x) for w in ws]."""
-    return [matmul_bf16(w, x) for w in ws]
+def matmul_bf16_multi(ws: list, x: np.ndarray, bf16_x: bool = False) -> list[np.ndarray]:
+    """Several products sharing one input X f32 [n, in]: [matmul_bf16(w, x, bf16_x) for w in ws]."""
+    return [matmul_bf16(w, x, bf16_x) for w in ws]
 
 
 def sparse_matvec(w: SparseBF16, x: np.ndarray) -> np.ndarray:
