@@ -70,25 +70,47 @@ float qgpu_expf(float x) { return exp_core(x); }
         for (size_t i = 0; i < n; i++) { float v = x[i]; y[i] = (expr); }              \
     }
 
+/* The public functions split n over the core's threads (each value's bits do not depend on the split);
+ * cost: about how many multiply-adds one value takes, so short vectors (decode) stay on one thread. */
+typedef struct {
+    const float *x;
+    float *y;
+} elementwise_job;
+enum { ELEMENTWISE_GRAIN = 1024 };
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define ELEMENTWISE(name, expr)                                                       \
+#define ELEMENTWISE_SERIAL(name, expr)                                                \
     ELEMENTWISE_LOOP(, name##_plain, expr)                                            \
     ELEMENTWISE_LOOP(__attribute__((target("avx2"))), name##_avx2, expr)              \
     ELEMENTWISE_LOOP(__attribute__((target("avx512f"))), name##_avx512, expr)         \
-    void qgpu_##name(const float *x, size_t n, float *y) {                            \
+    static void name##_serial(const float *x, size_t n, float *y) {                   \
         int level = qgpu_get_isa();                                                   \
         (level >= 2 ? name##_avx512 : level == 1 ? name##_avx2 : name##_plain)(x, n, y); \
     }
 #else
-#define ELEMENTWISE(name, expr)                                                       \
+#define ELEMENTWISE_SERIAL(name, expr)                                                \
     ELEMENTWISE_LOOP(, name##_plain, expr)                                            \
-    void qgpu_##name(const float *x, size_t n, float *y) { name##_plain(x, n, y); }
+    static void name##_serial(const float *x, size_t n, float *y) { name##_plain(x, n, y); }
 #endif
 
-ELEMENTWISE(exp, exp_core(v))
-ELEMENTWISE(silu_dense, v / (1.0f + exp_core(-v)))
-ELEMENTWISE(sigmoid, 1.0f / (1.0f + exp_core(-v)))
-ELEMENTWISE(round_bf16_to, qgpu_bf16_round(v))
+#define PARALLEL_ELEMENTWISE(name, serial, cost)                                      \
+    static void name##_range(void *ctx, size_t begin, size_t end) {                   \
+        const elementwise_job *j = (const elementwise_job *)ctx;                      \
+        serial(j->x + begin, end - begin, j->y + begin);                              \
+    }                                                                                 \
+    void qgpu_##name(const float *x, size_t n, float *y) {                            \
+        elementwise_job j = {x, y};                                                   \
+        qgpu_parallel_for(n, ELEMENTWISE_GRAIN, n * (cost), name##_range, &j);        \
+    }
+
+#define ELEMENTWISE(name, expr, cost) \
+    ELEMENTWISE_SERIAL(name, expr)    \
+    PARALLEL_ELEMENTWISE(name, name##_serial, cost)
+
+ELEMENTWISE(exp, exp_core(v), 16)
+ELEMENTWISE_SERIAL(silu_dense, v / (1.0f + exp_core(-v)))
+ELEMENTWISE(sigmoid, 1.0f / (1.0f + exp_core(-v)), 16)
+ELEMENTWISE(round_bf16_to, qgpu_bf16_round(v), 2)
 
 void qgpu_round_bf16(float *x, size_t n) { qgpu_round_bf16_to(x, n, x); }
 
@@ -96,17 +118,19 @@ void qgpu_round_bf16(float *x, size_t n) { qgpu_round_bf16_to(x, n, x); }
  * copied; the other blocks take the vectorized loop. Same bits either way. */
 enum { SILU_BLOCK = 64 };
 
-void qgpu_silu(const float *x, size_t n, float *y) {
+static void silu_blocks(const float *x, size_t n, float *y) {
     for (size_t i = 0; i < n; i += SILU_BLOCK) {
         size_t len = n - i < SILU_BLOCK ? n - i : SILU_BLOCK;
         uint32_t any = 0;
         for (size_t j = 0; j < len; j++) any |= float_bits(x[i + j]) & 0x7FFFFFFFu;
         if (any)
-            qgpu_silu_dense(x + i, len, y + i);
+            silu_dense_serial(x + i, len, y + i);
         else
             memcpy(y + i, x + i, len * sizeof *y);
     }
 }
+
+PARALLEL_ELEMENTWISE(silu, silu_blocks, 16) /* ranges start at multiples of 1024: the same blocks */
 
 /* The DeltaNet decay gate: g = -exp(A_log) * softplus(a + dt_bias), softplus x itself above 20 (torch). */
 void qgpu_deltanet_gate(const float *a, size_t n, const float *a_log, const float *dt_bias, size_t heads,

@@ -24,20 +24,31 @@ size_t qgpu_amx_packed_size(size_t n, size_t in) {
 }
 
 /* B tiles: for token tile tt and column step ks, 16 rows of 64 bytes, row p holding for each of the 16
- * tokens the pair of columns ks * 32 + 2p, + 2p + 1 (the pair layout TDPBF16PS reads). Tokens past n and
- * columns past `in` are zeros. X holds bf16 values, so its bf16 bits are each float's top half. */
-void qgpu_amx_pack(const float *x, size_t n, size_t in, uint16_t *xp) {
+ * tokens the pair of columns ks * 32 + 2p, + 2p + 1 (the pair layout TDPBF16PS reads), one 32-bit word per
+ * pair. Tokens past n and columns past `in` are zeros. X holds bf16 values, so a value's bf16 bits are its
+ * float's top half. */
+int qgpu_amx_pack(const float *x, size_t n, size_t in, uint16_t *xp) {
     size_t steps = (in + AMX_K - 1) / AMX_K;
+    uint32_t low = 0;
     memset(xp, 0, qgpu_amx_packed_size(n, in) * sizeof *xp);
-    for (size_t t = 0; t < n; t++) {
-        uint16_t *tile_row0 = xp + (t / AMX_TOKENS) * steps * (AMX_TILE_BYTES / 2) + (t % AMX_TOKENS) * 2;
-        for (size_t k = 0; k < in; k++) {
-            uint32_t u;
-            memcpy(&u, x + t * in + k, sizeof u);
-            size_t ks = k / AMX_K, p = (k % AMX_K) / 2;
-            tile_row0[ks * (AMX_TILE_BYTES / 2) + p * 32 + (k & 1)] = (uint16_t)(u >> 16);
+    /* tile by tile, so each 1 KiB tile is written while it is in L1 */
+    for (size_t t0 = 0; t0 < n; t0 += AMX_TOKENS)
+        for (size_t ks = 0; ks < steps; ks++) {
+            uint16_t *tile = xp + ((t0 / AMX_TOKENS) * steps + ks) * (AMX_TILE_BYTES / 2);
+            size_t k0 = ks * AMX_K, cols = in - k0 < AMX_K ? in - k0 : AMX_K;
+            for (size_t t = t0; t < n && t < t0 + AMX_TOKENS; t++) {
+                const float *row = x + t * in + k0;
+                for (size_t c = 0; c < cols; c += 2) {
+                    uint32_t lo, hi = 0;
+                    memcpy(&lo, row + c, sizeof lo);
+                    if (c + 1 < cols) memcpy(&hi, row + c + 1, sizeof hi);
+                    uint32_t pair = (lo >> 16) | (hi & 0xFFFF0000u); /* little-endian: the even column first */
+                    low |= (lo | hi) & 0xFFFFu;
+                    memcpy(tile + (c / 2 * AMX_TOKENS + (t - t0)) * 2, &pair, sizeof pair);
+                }
+            }
         }
-    }
+    return low == 0;
 }
 
 #if (defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11) || \

@@ -432,6 +432,7 @@ typedef struct {
     size_t start[QGPU_MAX_MULTI];
     qgpu_range_fn rows[QGPU_MAX_MULTI];
     size_t count;
+    int round_y; /* QGPU_BF16_Y: each thread rounds the results it has just written */
 } multi_args;
 
 static void multi_rows(void *ctx, size_t v0, size_t v1) {
@@ -440,7 +441,13 @@ static void multi_rows(void *ctx, size_t v0, size_t v1) {
         size_t begin = v0 > m->start[j] ? v0 : m->start[j];
         size_t end = m->start[j] + m->parts[j].out;
         if (v1 < end) end = v1;
-        if (begin < end) m->rows[j]((void *)&m->parts[j], begin - m->start[j], end - m->start[j]);
+        if (begin >= end) continue;
+        const prod_args *a = &m->parts[j];
+        size_t r0 = begin - m->start[j], r1 = end - m->start[j];
+        m->rows[j]((void *)a, r0, r1);
+        if (m->round_y)
+            for (size_t t = 0; t < a->n; t++)
+                for (size_t r = r0; r < r1; r++) a->y[t * a->out + r] = qgpu_bf16_round(a->y[t * a->out + r]);
     }
 }
 
@@ -451,11 +458,12 @@ static void amx_rows(void *ctx, size_t r0, size_t r1) {
 }
 
 static void run_multi(const qgpu_matrix *ws, size_t count, size_t in, const float *x, size_t n, float *y,
-                      const uint16_t *xp) {
+                      const uint16_t *xp, int round_y) {
     multi_args m;
     size_t rows = 0, work_rows = 0;
     int level = qgpu_get_isa();
     m.count = count < QGPU_MAX_MULTI ? count : QGPU_MAX_MULTI;
+    m.round_y = round_y;
     for (size_t j = 0; j < m.count; j++) {
         prod_args a = {ws[j].w, ws[j].out, in, x, n, y + n * work_rows, ws[j].q, ws[j].scales, xp};
         m.parts[j] = a;
@@ -468,22 +476,26 @@ static void run_multi(const qgpu_matrix *ws, size_t count, size_t in, const floa
 }
 
 void qgpu_matmul_multi(const qgpu_matrix *ws, size_t count, size_t in, const float *x, size_t n, float *y) {
-    run_multi(ws, count, in, x, n, y, NULL);
+    run_multi(ws, count, in, x, n, y, NULL, 0);
 }
 
 size_t qgpu_bf16x_scratch(size_t n, size_t in) { return qgpu_amx_packed_size(n, in); }
 
-int qgpu_matmul_multi_bf16x(const qgpu_matrix *ws, size_t count, size_t in, const float *x, size_t n, float *y,
-                            uint16_t *scratch) {
-    uint32_t low = 0;
-    for (size_t i = 0; i < n * in; i++) {
-        uint32_t u;
-        memcpy(&u, x + i, sizeof u);
-        low |= u & 0xFFFFu;
+int qgpu_matmul_multi_ex(const qgpu_matrix *ws, size_t count, size_t in, const float *x, size_t n, float *y,
+                         int flags, uint16_t *scratch) {
+    int amx = (flags & QGPU_BF16_X) && qgpu_get_isa() == ISA_AMX;
+    if (amx) {
+        if (!qgpu_amx_pack(x, n, in, scratch)) return 0;
+    } else if (flags & QGPU_BF16_X) {
+        uint32_t low = 0;
+        for (size_t i = 0; i < n * in; i++) {
+            uint32_t u;
+            memcpy(&u, x + i, sizeof u);
+            low |= u & 0xFFFFu;
+        }
+        if (low) return 0; /* a value that is not a bf16 */
     }
-    if (low) return 0; /* a value that is not a bf16 */
-    if (qgpu_get_isa() == ISA_AMX) qgpu_amx_pack(x, n, in, scratch);
-    run_multi(ws, count, in, x, n, y, qgpu_get_isa() == ISA_AMX ? scratch : NULL);
+    run_multi(ws, count, in, x, n, y, amx ? scratch : NULL, (flags & QGPU_BF16_Y) != 0);
     return 1;
 }
 

@@ -17,7 +17,7 @@ int qgpu_get_threads(void);
 void qgpu_set_threads(int n);
 
 /* SIMD level of the dense products: 0 generic C, 1 AVX2+FMA, 2 AVX-512, 3 amx (AVX-512, and AMX-BF16 tiles for
- * the products of bf16 activations, qgpu_matmul_multi_bf16x). The best the CPU supports is chosen at first use; qgpu_set_isa asks for a level and returns the one in force (never above the CPU's). */
+ * the products of bf16 activations, qgpu_matmul_multi_ex). The best the CPU supports is chosen at first use; qgpu_set_isa asks for a level and returns the one in force (never above the CPU's). */
 int qgpu_get_isa(void);
 int qgpu_set_isa(int level);
 int qgpu_best_isa(void);
@@ -47,12 +47,15 @@ typedef struct {
 } qgpu_matrix;
 /* qgpu_matmul_bf16_multi over operands of either kind (count <= QGPU_MAX_MULTI). */
 void qgpu_matmul_multi(const qgpu_matrix *ws, size_t count, size_t in, const float *x, size_t n, float *y);
-/* The same product for X holding bf16 values only (bf16 mode): at the amx level its bf16 matrices run on AMX
- * tiles (amx.c; Q8 matrices as in qgpu_matmul_multi), at other levels it is qgpu_matmul_multi. scratch:
- * qgpu_bf16x_scratch(n, in) uint16s. Returns 0, computing nothing, when a value of X is not a bf16, else 1. */
+/* qgpu_matmul_multi with flags for bf16 mode. QGPU_BF16_X: X holds bf16 values only (returns 0, computing
+ * nothing, when one is not); at the amx level the bf16 matrices then run on AMX tiles (amx.c; Q8 matrices as
+ * without the flag), other levels compute as without it. QGPU_BF16_Y: the results are rounded to bf16
+ * (bf16.round_bf16) by the threads that wrote them. scratch: qgpu_bf16x_scratch(n, in) uint16s (used with
+ * QGPU_BF16_X). Returns 1 when computed. */
+enum { QGPU_BF16_X = 1, QGPU_BF16_Y = 2 };
 size_t qgpu_bf16x_scratch(size_t n, size_t in);
-int qgpu_matmul_multi_bf16x(const qgpu_matrix *ws, size_t count, size_t in, const float *x, size_t n, float *y,
-                            uint16_t *scratch);
+int qgpu_matmul_multi_ex(const qgpu_matrix *ws, size_t count, size_t in, const float *x, size_t n, float *y,
+                         int flags, uint16_t *scratch);
 
 /* Y[n, out] = X[n, in] . W^T for a CSR bf16 matrix W [out, in]: row r has values[indptr[r] ..
  * indptr[r+1]) at columns indices[same]. matvec is n = 1. */
@@ -176,11 +179,12 @@ float qgpu_expf(float x);
 typedef void (*qgpu_range_fn)(void *ctx, size_t begin, size_t end);
 void qgpu_parallel_for(size_t n, size_t grain, size_t work, qgpu_range_fn fn, void *ctx);
 
-/* Internal (amx.c): whether AMX-BF16 can run here (asks Linux for the tiles once); X [n, in] (bf16 values)
- * packed into qgpu_amx_packed_size(n, in) uint16s of tiles; rows [r0, r1) of Y = X W^T from the packed X. */
+/* Internal (amx.c): whether AMX-BF16 can run here (asks Linux for the tiles once); X [n, in] packed into
+ * qgpu_amx_packed_size(n, in) uint16s of tiles (returns 0 if a value is not a bf16); rows [r0, r1) of
+ * Y = X W^T from the packed X. */
 int qgpu_amx_usable(void);
 size_t qgpu_amx_packed_size(size_t n, size_t in);
-void qgpu_amx_pack(const float *x, size_t n, size_t in, uint16_t *xp);
+int qgpu_amx_pack(const float *x, size_t n, size_t in, uint16_t *xp);
 void qgpu_amx_rows(const uint16_t *w, size_t out, size_t in, const uint16_t *xp, size_t n, float *y, size_t r0,
                    size_t r1);
 

@@ -1,6 +1,7 @@
-"""Products of bf16 activations (bf16_x=True, what bf16 mode asks for): at every SIMD level the CPU has and 1
-or 2 threads, within fp32 summation error of the reference, a token's row the same bits in a matvec and in a
-matmul of any size, one dispatch the same as separate products; on AMX tiles at the amx level."""
+"""bf16 mode's products: bf16 activations (bf16_x=True) at every SIMD level the CPU has and 1 or 2 threads,
+within fp32 summation error of the reference, a token's row the same bits in a matvec and in a matmul of any
+size, one dispatch the same as separate products; on AMX tiles at the amx level. Results rounded to bf16 by
+the product (bf16_y=True) are round_bf16 of the unrounded ones, bit for bit."""
 import numpy as np
 import pytest
 
@@ -115,3 +116,21 @@ def test_bf16x_non_finite_values_propagate_like_the_reference(isa):
     ref = R.matmul_bf16(w, x, bf16_x=True)
     assert np.array_equal(np.isnan(y), np.isnan(ref)) and np.array_equal(y[np.isfinite(ref)], ref[np.isfinite(ref)])
     assert np.array_equal(y[np.isinf(ref)], ref[np.isinf(ref)])
+
+
+@pytest.mark.parametrize("bf16_x", [False, True])
+def test_bf16y_is_round_bf16_of_the_product(isa, threads, bf16_x):
+    rng = np.random.default_rng(8)
+    w, x = _case(rng, 70, 130, 21)
+    q8 = K.quantize_q8(f32_to_bf16(rng.standard_normal((40, 128)).astype(np.float32)))
+    sparse = R.maybe_sparse(np.where(rng.random((30, 130)) < 0.1, w[:30], np.uint16(0)).astype(np.uint16))
+    for ws, xs in (([w, sparse], x), ([q8], x[:, :128])):
+        plain = K.matmul_bf16_multi(ws, xs, bf16_x)
+        rounded = K.matmul_bf16_multi(ws, xs, bf16_x, bf16_y=True)
+        for p, r in zip(plain, rounded):
+            assert np.array_equal(_bits(r), _bits(round_bf16(p)))
+        for w_, r in zip(ws, rounded):
+            assert np.array_equal(_bits(K.matmul_bf16(w_, xs, bf16_x, True)), _bits(r))
+            assert np.array_equal(_bits(K.matvec_bf16(w_, xs[4], bf16_x, True)), _bits(r[4]))
+            assert np.array_equal(_bits(R.matmul_bf16(w_, xs, bf16_x, True)),
+                                  _bits(round_bf16(R.matmul_bf16(w_, xs, bf16_x).astype(np.float32))))

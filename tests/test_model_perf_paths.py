@@ -28,8 +28,8 @@ def deltanet_only(tmp_path_factory):
 
 def per_token_kernels(monkeypatch) -> None:
     """Make the fused and prefill kernels what they stand for: one product per weight, one step per token."""
-    single = {"matvec_bf16_multi": lambda ws, x, bf16_x=False: [kernels.matvec_bf16(w, x, bf16_x) for w in ws],
-              "matmul_bf16_multi": lambda ws, x, bf16_x=False: [kernels.matmul_bf16(w, x, bf16_x) for w in ws]}
+    single = {"matvec_bf16_multi": lambda ws, x, *flags: [kernels.matvec_bf16(w, x, *flags) for w in ws],
+              "matmul_bf16_multi": lambda ws, x, *flags: [kernels.matmul_bf16(w, x, *flags) for w in ws]}
     conv_update, deltanet_step = kernels.conv_update, kernels.deltanet_step
     single["conv_prefill"] = lambda state, x, w: np.stack([conv_update(state, xt, w) for xt in x])
     single["deltanet_prefill"] = lambda S, q, k, v, g, beta, clean=None: np.stack(

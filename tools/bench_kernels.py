@@ -1,11 +1,13 @@
 """Benchmark the C core against the machine's copy bandwidth and NumPy, side by side in one run.
 
-    python tools/bench_kernels.py [--threads N] [--isa avx512|avx2|generic] [--repeat R] [--no-lm-head]
+    python tools/bench_kernels.py [--threads N] [--isa amx|avx512|avx2|generic] [--repeat R] [--no-lm-head]
+    python tools/bench_kernels.py --only bf16x    # one section: bf16 mode's products, fp32 code vs AMX tiles
 
 Matvec (decode) at Qwen3.5-2B shapes: GB/s of weights read, next to the copy rate of a buffer of the same
 size (np.copyto; bytes copied per second) and NumPy doing the same product (bf16 -> f32 in row chunks, then
 a BLAS matvec). Then every matvec of one decoded token through 24 layers (one call each, and grouped by
-shared input with matvec_bf16_multi) next to copying the same bytes; matmul (prefill) GFLOP/s; the sparse
+shared input with matvec_bf16_multi) next to copying the same bytes; matmul (prefill) GFLOP/s; bf16 mode's
+products (bf16_x) against the fp32 code on the same bf16 activations; the sparse
 path at several densities; the DeltaNet step; and a 64-token prompt's recurrences, per-token calls vs the
 prefill kernels.
 Times are the best of --repeat runs; on a shared machine the load average printed first says how much
@@ -22,7 +24,7 @@ import numpy as np
 
 from qgpu_min.model import kernels as K
 from qgpu_min.model import kernels_ref as R
-from qgpu_min.model.bf16 import bf16_to_f32
+from qgpu_min.model.bf16 import bf16_to_f32, round_bf16
 
 MATVEC_SHAPES = [("mlp gate/up, in_proj_qkv", 6144, 2048), ("mlp down", 2048, 6144),
                  ("LM head (tied embedding)", 248320, 2048)]
@@ -125,6 +127,24 @@ def bench_matmul(rng: np.random.Generator, repeat: int) -> None:
           f"{flop / t_np / 1e9:.1f}, numpy f32 BLAS on pre-widened weights {flop / t_blas / 1e9:.1f}")
 
 
+def bench_bf16x(rng: np.random.Generator, repeat: int) -> None:
+    """bf16 mode's products (bf16 activations, bf16_x=True: AMX tiles at the amx level) against the same
+    products told nothing (fp32 code), prefill (64 tokens) and decode (1) shapes, rounds interleaved."""
+    print(f"\nbf16 activations, fp32 code vs bf16_x=True (isa {K.isa()}): GFLOP/s (decode: GB/s of weights)")
+    for out, n_in in ((6144, 2048), (2048, 6144)):
+        w = random_weights(rng, out, n_in)
+        for n in (64, 1):
+            x = round_bf16(rng.standard_normal((n, n_in)).astype(np.float32))
+            times = {False: [], True: []}
+            for _ in range(repeat):
+                for flag in times:
+                    times[flag].append(best_time(lambda: K.matmul_bf16(w, x, bf16_x=flag), 1))
+            t_plain, t_flag = min(times[False]), min(times[True])
+            unit, work = ("GB/s", w.nbytes) if n == 1 else ("GFLOP/s", 2.0 * out * n_in * n)
+            print(f"  {out}x{n_in}, {n:>2} tokens: fp32 code {work / t_plain / 1e9:6.1f} {unit}, bf16_x "
+                  f"{work / t_flag / 1e9:6.1f}, ratio {t_plain / t_flag:5.2f}x")
+
+
 def bench_sparse(rng: np.random.Generator, repeat: int) -> None:
     out, n_in = 6144, 2048
     print(f"\nsparse {out}x{n_in} matvec vs dense (ms)")
@@ -176,24 +196,31 @@ def bench_prefill_recurrences(rng: np.random.Generator, repeat: int) -> None:
               f"steps/prefill {t_steps / t_prefill:5.2f}")
 
 
+SECTIONS = {"matvec": bench_matvec,
+            "decode": lambda rng, repeat, _: bench_decode_layers(rng, repeat),
+            "matmul": lambda rng, repeat, _: bench_matmul(rng, repeat),
+            "bf16x": lambda rng, repeat, _: bench_bf16x(rng, repeat),
+            "sparse": lambda rng, repeat, _: bench_sparse(rng, repeat),
+            "deltanet": lambda rng, repeat, _: bench_deltanet(rng, repeat),
+            "recurrences": lambda rng, repeat, _: bench_prefill_recurrences(rng, repeat)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=None, help="threads for the C kernels (default: all CPUs)")
     ap.add_argument("--isa", choices=K.ISA_NAMES, default=None, help="SIMD level (default: the best)")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--no-lm-head", action="store_true", help="skip the 1 GB LM-head shape")
+    ap.add_argument("--only", choices=sorted(SECTIONS), help="run one section")
     args = ap.parse_args()
     K.set_threads(args.threads)
     isa = K.set_isa(args.isa)
     print(f"C core: isa {isa}, {K.threads()} threads; cpus {os.cpu_count()}; "
           f"load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     rng = np.random.default_rng(0)
-    bench_matvec(rng, args.repeat, not args.no_lm_head)
-    bench_decode_layers(rng, args.repeat)
-    bench_matmul(rng, args.repeat)
-    bench_sparse(rng, args.repeat)
-    bench_deltanet(rng, args.repeat)
-    bench_prefill_recurrences(rng, args.repeat)
+    for name, section in SECTIONS.items():
+        if args.only in (None, name):
+            section(rng, args.repeat, not args.no_lm_head)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
     python tools/bench_model.py --layers 4 --no-hf       # quick
     python tools/bench_model.py --model DIR              # any checkpoint directory (e.g. the fetched model)
     python tools/bench_model.py --int8 --rounds 2 --no-hf # ours bf16 against ours --quant int8, interleaved
+    python tools/bench_model.py --bf16-mode --no-hf      # also ours in bf16 mode (bf16 activations: AMX tiles)
 
 One run measures, each in its own process (so peak RSS is each side's own):
   ours: prefill tokens/s, decode tokens/s, and the machine's memory-copy bandwidth (NumPy copy, counted
@@ -12,6 +13,9 @@ One run measures, each in its own process (so peak RSS is each side's own):
         decoded token reads (every layer matrix, the norms, the LM head, the embedding row) / bandwidth.
   ours int8 (--int8): the same with the checkpoint quantized at load (--quant int8); its floor is its own
         (Q8 bytes). With --rounds R the ours workers alternate R times; the table shows each one's best round.
+  ours bf16 mode (--bf16-mode): the same in bf16 mode, which rounds activations to bf16 as torch's bf16
+        inference does, and so multiplies bf16 by bf16 like llama.cpp's bf16 GGUF (on AMX tiles where the CPU
+        has them); "ours" is fp32 mode (fp32 activations).
   transformers: the same prompt and decode count through Qwen3_5ForCausalLM on CPU, in fp32 when the free
         memory allows it (bf16 otherwise, which torch runs much slower on CPU; the table says which).
 The synthetic checkpoint comes from qgpu_min.model.synthetic.write_synthetic_checkpoint (published format,
@@ -95,11 +99,11 @@ def _peak_rss() -> int:
 
 
 def worker_ours(path: str, prompt_len: int, n_decode: int, warmup: int, seed: int, paired: int,
-                quant: str | None = None) -> dict:
-    from qgpu_min.model import load_model
+                quant: str | None = None, mode: str = "fp32") -> dict:
+    from qgpu_min.model import kernels, load_model
 
     t = time.perf_counter()
-    model = load_model(path, "fp32", quant=quant)
+    model = load_model(path, mode, quant=quant)
     load_s = time.perf_counter() - t
     prompt = _prompt(model.config.vocab_size, prompt_len, seed)
     for _ in range(warmup):  # page the mapped weights in and warm the caches, on a throwaway state
@@ -125,6 +129,7 @@ def worker_ours(path: str, prompt_len: int, n_decode: int, warmup: int, seed: in
         tok = int(model.decode(state, tok).argmax())
         ratios.append((time.perf_counter() - t) / (nbytes / bw))
     return {"load_s": load_s, "prefill_tok_s": prompt_len / prefill_s, "decode_tok_s": n_decode / sum(times),
+            "mode": mode, "isa": kernels.isa(),
             "decode_ms_median": 1e3 * float(np.median(times)), "decode_ms_best": 1e3 * min(times),
             "bytes_per_token": nbytes, "peak_rss": peak_rss,
             "paired_floor_ratios": ratios}
@@ -167,6 +172,7 @@ def worker_hf(path: str, prompt_len: int, n_decode: int, warmup: int, seed: int,
             tok = int(logits.argmax())
             times.append(time.perf_counter() - t)
     return {"load_s": load_s, "prefill_tok_s": prompt_len / prefill_s, "decode_tok_s": n_decode / sum(times),
+            "mode": mode, "isa": kernels.isa(),
             "decode_ms_median": 1e3 * float(np.median(times)), "decode_ms_best": 1e3 * min(times),
             "peak_rss": _peak_rss(), "dtype": dtype}
 
@@ -310,6 +316,20 @@ def int8_table(ours: dict, q8: dict, runs: dict) -> str:
     return _aligned(rows)
 
 
+def mode_table(ours: dict, b16: dict, runs: dict) -> str:
+    """ours in fp32 mode against ours in bf16 mode: each one's best round and the ratios."""
+    rows = [("", "ours (fp32 mode)", "ours bf16 mode", "bf16 / fp32 mode"),
+            ("SIMD level", ours["isa"], b16["isa"], ""),
+            ("prefill", f"{ours['prefill_tok_s']:.1f} tok/s", f"{b16['prefill_tok_s']:.1f} tok/s",
+             f"{b16['prefill_tok_s'] / ours['prefill_tok_s']:.2f}x"),
+            ("prefill per round", " ".join(f"{r['prefill_tok_s']:.1f}" for r in runs["ours"]),
+             " ".join(f"{r['prefill_tok_s']:.1f}" for r in runs["ours bf16 mode"]), ""),
+            ("decode (best round)", f"{ours['decode_tok_s']:.2f} tok/s", f"{b16['decode_tok_s']:.2f} tok/s",
+             f"{b16['decode_tok_s'] / ours['decode_tok_s']:.2f}x"),
+            ("peak RSS", f"{ours['peak_rss'] / GB:.2f} GB", f"{b16['peak_rss'] / GB:.2f} GB", "")]
+    return _aligned(rows)
+
+
 def vs_table(sides: dict[str, dict], runs: dict[str, list[dict]]) -> str:
     """Every side's best round (decode, prefill, peak RSS), each round's decode, and ours against each
     llama.cpp side."""
@@ -318,6 +338,7 @@ def vs_table(sides: dict[str, dict], runs: dict[str, list[dict]]) -> str:
             ("decode tok/s (best round)", *(f"{sides[n]['decode_tok_s']:.2f}" for n in names)),
             ("decode tok/s per round", *(" ".join(f"{r['decode_tok_s']:.2f}" for r in runs[n]) for n in names)),
             ("prefill tok/s (best round)", *(f"{sides[n]['prefill_tok_s']:.1f}" for n in names)),
+            ("prefill tok/s per round", *(" ".join(f"{r['prefill_tok_s']:.1f}" for r in runs[n]) for n in names)),
             ("peak RSS", *(f"{sides[n]['peak_rss'] / GB:.2f} GB" for n in names))]
     for other in (n for n in names if n.startswith("llama.cpp")):
         for mine in (n for n in names if n.startswith("ours")):
@@ -341,8 +362,10 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-hf", action="store_true", help="skip transformers")
     ap.add_argument("--int8", action="store_true", help="also run ours with --quant int8")
+    ap.add_argument("--bf16-mode", action="store_true", help="also run ours in bf16 mode")
     ap.add_argument("--rounds", type=int, default=1, help="alternate the ours workers this many times (best kept)")
     ap.add_argument("--quant", choices=("int8",), help=argparse.SUPPRESS)
+    ap.add_argument("--mode", choices=("fp32", "bf16"), default="fp32", help=argparse.SUPPRESS)
     ap.add_argument("--llama-bench", help="llama.cpp's llama-bench binary: run it on each --gguf beside ours")
     ap.add_argument("--gguf", action="append", default=[], help="a GGUF of the same checkpoint (repeatable; "
                     "tools/llama_cpp_convert.py makes one)")
@@ -355,7 +378,7 @@ def main() -> int:
 
     if args.worker == "ours":
         print(RESULT + json.dumps(worker_ours(args.model, args.prompt_len, args.decode, args.warmup, args.seed,
-                                              args.paired, args.quant)))
+                                              args.paired, args.quant, args.mode)))
         return 0
     if args.worker == "llama":
         print(RESULT + json.dumps(worker_llama(args.llama_bench, args.gguf[0], args.prompt_len, args.decode,
@@ -374,7 +397,7 @@ def main() -> int:
     # Bandwidth in its own process (its buffers must not count in our peak RSS), just before and just after
     # ours, best kept: other load on the machine only lowers it, and a higher bandwidth is a stricter floor.
     bands = [run_worker("bandwidth", args, path)]
-    runs: dict[str, list[dict]] = {"ours": [], "ours int8": []}
+    runs: dict[str, list[dict]] = {"ours": [], "ours int8": [], "ours bf16 mode": []}
     llama_names = {g: f"llama.cpp {Path(g).stem}" for g in args.gguf} if args.llama_bench else {}
     for name in llama_names.values():
         runs[name] = []
@@ -382,15 +405,19 @@ def main() -> int:
         runs["ours"].append(run_worker("ours", args, path))
         if args.int8:
             runs["ours int8"].append(run_worker("ours", args, path, "--quant", "int8"))
+        if args.bf16_mode:
+            runs["ours bf16 mode"].append(run_worker("ours", args, path, "--mode", "bf16"))
         for gguf, name in llama_names.items():
             runs[name].append(run_worker("llama", args, path, "--llama-bench", args.llama_bench, "--gguf", gguf,
                                          "--llama-reps", str(args.llama_reps)))
         bands.append(run_worker("bandwidth", args, path))
     bandwidth = {k: max(b[k] for b in bands) for k in bands[0]}
-    best = {name: max(r, key=lambda x: x["decode_tok_s"]) for name, r in runs.items() if r}
+    # each side's best round for decode, with its best prefill of all rounds (machine load only slows a round)
+    best = {name: {**max(r, key=lambda x: x["decode_tok_s"]), "prefill_tok_s": max(x["prefill_tok_s"] for x in r)}
+            for name, r in runs.items() if r}
     for result in best.values():
         result["bandwidth"] = bandwidth
-    ours, q8 = best["ours"], best.get("ours int8")
+    ours, q8, b16 = best["ours"], best.get("ours int8"), best.get("ours bf16 mode")
     llama = {name: best[name] for name in llama_names.values()}
     hf, note = None, "not run (--no-hf)"
     if not args.no_hf:
@@ -407,14 +434,18 @@ def main() -> int:
     print(table(ours, hf, note, args, path))
     if q8 is not None:
         print(int8_table(ours, q8, runs))
+    if b16 is not None:
+        print(mode_table(ours, b16, runs))
     if llama:
-        print(vs_table({"ours": ours, **({"ours int8": q8} if q8 else {}), **llama}, runs))
+        print(vs_table({"ours": ours, **({"ours int8": q8} if q8 else {}), **({"ours bf16 mode": b16} if b16 else {}),
+                        **llama}, runs))
     if hf is None:
         print(f"transformers: {note}")
     elif args.hf_dtype == "auto":
         print(f"transformers dtype: {hf['dtype']} ({note})")
     if args.json:
-        args.json.write_text(json.dumps({"ours": ours, "ours_int8": q8, "llama_cpp": llama, "rounds": runs,
+        args.json.write_text(json.dumps({"ours": ours, "ours_int8": q8, "ours_bf16_mode": b16, "llama_cpp": llama,
+                                         "rounds": runs,
                                          "transformers": hf,
                                          "transformers_note": note,
                                          "checkpoint": str(path), "prompt_len": args.prompt_len,

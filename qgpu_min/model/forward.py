@@ -107,7 +107,7 @@ class Model:
                                                             if n in layer}} for layer in weights.layers])
         self.config, self.weights, self.mode, self.tokenizer, self.path = config, weights, mode, tokenizer, path
         self.r = kernels.round_bf16 if mode == "bf16" else _identity  # bf16.round_bf16's bits, in C
-        self.bf16_x = mode == "bf16"  # the layers' products read bf16 activations (not the head: see _apply_head)
+        self.bf16 = mode == "bf16"  # the layers' products: bf16 in, bf16 out (the head's: see _apply_head)
         rot = config.rotary_dim
         self._inv_freq = (np.float32(1) / np.power(np.float32(config.rope_theta),
                                                    np.arange(0, rot, 2, dtype=np.float32) / np.float32(rot)))
@@ -231,6 +231,8 @@ class Model:
         return self._head_chunks[lanes]
 
     def _apply_head(self, w, hidden: np.ndarray) -> np.ndarray:
+        # fp32 products (no bf16_x) in both modes: the chunked head must equal the dense one bit for bit, and
+        # AMX's order has no chunked twin; a decode step multiplies one token, where AMX gains nothing.
         if hidden.ndim == 1:
             chunked = self.chunked_head() if w is self.weights.lm_head else self._subset_chunks(w)
             if chunked is not None:  # the dense product's bits, without its all-zero chunks
@@ -274,17 +276,17 @@ class Model:
     # ---- layers ----------------------------------------------------------------------------------------------
 
     def _linear(self, w, x: np.ndarray) -> np.ndarray:
-        """r(x @ W.T) for x (T, in); the matrix-vector kernel when T == 1. In bf16 mode x holds bf16 values,
-        which the products are told (bf16_x: AMX tiles where the CPU has them)."""
+        """r(x @ W.T) for x (T, in); the matrix-vector kernel when T == 1. In bf16 mode the products are told
+        that x holds bf16 values (AMX tiles where the CPU has them) and round their results themselves."""
         if x.shape[0] == 1:
-            return self.r(kernels.matvec_bf16(w, x[0], self.bf16_x))[None]
-        return self.r(kernels.matmul_bf16(w, x, self.bf16_x))
+            return kernels.matvec_bf16(w, x[0], self.bf16, self.bf16)[None]
+        return kernels.matmul_bf16(w, x, self.bf16, self.bf16)
 
     def _linears(self, ws: list, x: np.ndarray) -> list[np.ndarray]:
         """[_linear(w, x) for w in ws], bit for bit, in one parallel dispatch (projections of one input)."""
         if x.shape[0] == 1:
-            return [self.r(y)[None] for y in kernels.matvec_bf16_multi(ws, x[0], self.bf16_x)]
-        return [self.r(y) for y in kernels.matmul_bf16_multi(ws, x, self.bf16_x)]
+            return [y[None] for y in kernels.matvec_bf16_multi(ws, x[0], self.bf16, self.bf16)]
+        return kernels.matmul_bf16_multi(ws, x, self.bf16, self.bf16)
 
     def _norm(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
         return self.r(kernels.rmsnorm(x, w, self.config.rms_norm_eps, plus_one=True))

@@ -106,38 +106,52 @@ def _floats(a: np.ndarray) -> object:
 Weight = np.ndarray | SparseBF16 | QuantQ8  # what the products take: dense bf16 bits, CSR, or Q8
 
 
-def matvec_bf16(w_bits: Weight, x: np.ndarray, bf16_x: bool = False) -> np.ndarray:
+def matvec_bf16(w_bits: Weight, x: np.ndarray, bf16_x: bool = False, bf16_y: bool = False) -> np.ndarray:
     """y = W x: W bf16 [out, in] (dense uint16 bits or SparseBF16, or a QuantQ8), x f32 [in] -> f32 [out].
-    bf16_x: x holds bf16 values only (bf16 mode; an error otherwise), which the amx level multiplies on AMX
-    tiles (its own summation order; the other levels and CSR weights compute as without it)."""
+    bf16 mode's two flags: bf16_x, x holds bf16 values only (an error otherwise), which the amx level
+    multiplies on AMX tiles (its own summation order; other levels and CSR weights compute as without it);
+    bf16_y, y comes back rounded to bf16 (round_bf16's bits), as torch's bf16 linear returns it."""
     if isinstance(w_bits, SparseBF16):
-        return sparse_matvec(w_bits, x)
+        return _rounded(sparse_matvec(w_bits, x), bf16_y)
     w = w_bits if isinstance(w_bits, QuantQ8) else _weight("matvec_bf16", w_bits)
-    return _multi("matvec_bf16", [w], _activation("matvec_bf16", "x", x, (w.shape[1],))[None], bf16_x)[0][0]
+    x = _activation("matvec_bf16", "x", x, (w.shape[1],))
+    return _multi("matvec_bf16", [w], x[None], bf16_x, bf16_y)[0][0]
 
 
-def matmul_bf16(w_bits: Weight, x: np.ndarray, bf16_x: bool = False) -> np.ndarray:
+def matmul_bf16(w_bits: Weight, x: np.ndarray, bf16_x: bool = False, bf16_y: bool = False) -> np.ndarray:
     """Y = X W^T: W bf16 [out, in] (dense uint16 bits or SparseBF16, or a QuantQ8), X f32 [n, in] -> f32 [n, out].
-    bf16_x as for matvec_bf16."""
+    bf16_x, bf16_y as for matvec_bf16."""
     if isinstance(w_bits, SparseBF16):
-        return sparse_matmul(w_bits, x)
+        return _rounded(sparse_matmul(w_bits, x), bf16_y)
     w = w_bits if isinstance(w_bits, QuantQ8) else _weight("matmul_bf16", w_bits)
-    return _multi("matmul_bf16", [w], _activation("matmul_bf16", "x", x, (None, w.shape[1])), bf16_x)[0]
+    x = _activation("matmul_bf16", "x", x, (None, w.shape[1]))
+    return _multi("matmul_bf16", [w], x, bf16_x, bf16_y)[0]
 
 
-def matmul_bf16_multi(ws: Sequence[Weight], x: np.ndarray, bf16_x: bool = False) -> list[np.ndarray]:
-    """[matmul_bf16(w, x, bf16_x) for w in ws], bit for bit, with the dense weights in one parallel dispatch
-    (fewer thread wake-ups when several projections read the same input): X f32 [n, in] -> [f32 [n, out_j]]."""
+def matmul_bf16_multi(ws: Sequence[Weight], x: np.ndarray, bf16_x: bool = False,
+                      bf16_y: bool = False) -> list[np.ndarray]:
+    """[matmul_bf16(w, x, bf16_x, bf16_y) for w in ws], bit for bit, with the dense weights in one parallel
+    dispatch (fewer thread wake-ups when several projections read the same input): X f32 [n, in] ->
+    [f32 [n, out_j]]."""
     n_in = _multi_width("matmul_bf16_multi", ws)
-    return _multi("matmul_bf16_multi", ws, _activation("matmul_bf16_multi", "x", x, (None, n_in)), bf16_x)
+    x = _activation("matmul_bf16_multi", "x", x, (None, n_in))
+    return _multi("matmul_bf16_multi", ws, x, bf16_x, bf16_y)
 
 
-def matvec_bf16_multi(ws: Sequence[Weight], x: np.ndarray, bf16_x: bool = False) -> list[np.ndarray]:
-    """[matvec_bf16(w, x, bf16_x) for w in ws], bit for bit, with the dense weights in one parallel dispatch:
-    x f32 [in] -> [f32 [out_j]]. For decode, e.g. in_proj_qkv/z/b/a, gate/up, or q/k/v on one input."""
+def matvec_bf16_multi(ws: Sequence[Weight], x: np.ndarray, bf16_x: bool = False,
+                      bf16_y: bool = False) -> list[np.ndarray]:
+    """[matvec_bf16(w, x, bf16_x, bf16_y) for w in ws], bit for bit, with the dense weights in one parallel
+    dispatch: x f32 [in] -> [f32 [out_j]]. For decode, e.g. in_proj_qkv/z/b/a, gate/up, or q/k/v on one
+    input."""
     n_in = _multi_width("matvec_bf16_multi", ws)
     x = _activation("matvec_bf16_multi", "x", x, (n_in,))
-    return [y[0] for y in _multi("matvec_bf16_multi", ws, x[None], bf16_x)]
+    return [y[0] for y in _multi("matvec_bf16_multi", ws, x[None], bf16_x, bf16_y)]
+
+
+def _rounded(y: np.ndarray, bf16_y: bool) -> np.ndarray:
+    if bf16_y:
+        lib.qgpu_round_bf16(_floats(y), y.size)
+    return y
 
 
 def _multi_width(fn: str, ws: object) -> int:
@@ -155,17 +169,17 @@ def _multi_width(fn: str, ws: object) -> int:
     return n_in
 
 
-def _multi(fn: str, ws: Sequence[Weight], x: np.ndarray, bf16_x: bool) -> list[np.ndarray]:
+def _multi(fn: str, ws: Sequence[Weight], x: np.ndarray, bf16_x: bool, bf16_y: bool) -> list[np.ndarray]:
     """The products of checked weights; the dense ones' (bf16 and Q8) results are views of one buffer, which
     the C call fills in groups of up to QGPU_MAX_MULTI matrices."""
     n, n_in = x.shape
-    scratch = np.empty(lib.qgpu_bf16x_scratch(n, n_in) if bf16_x else 0, np.uint16)
+    scratch = _scratch(lib.qgpu_bf16x_scratch(n, n_in) if bf16_x else 0)
     dense = [w for w in ws if not isinstance(w, SparseBF16)]
     buf = np.empty(n * sum(w.shape[0] for w in dense), np.float32)
     ys, offset = [], 0
     for w in ws:
         if isinstance(w, SparseBF16):
-            ys.append(sparse_matmul(w, x))
+            ys.append(_rounded(sparse_matmul(w, x), bf16_y))
         else:
             ys.append(buf[offset:offset + n * w.shape[0]].reshape(n, w.shape[0]))
             offset += n * w.shape[0]
@@ -182,14 +196,24 @@ def _multi(fn: str, ws: Sequence[Weight], x: np.ndarray, bf16_x: bool) -> list[n
                 keep.append(ffi.from_buffer("uint16_t[]", w))
                 m.w = keep[-1]
             m.out = w.shape[0]
-        if bf16_x:
-            if not lib.qgpu_matmul_multi_bf16x(matrices, len(group), n_in, _floats(x), n, _floats(buf[offset:]),
-                                               ffi.from_buffer("uint16_t[]", scratch)):
-                _not_bf16(fn, x)  # the first group's check: nothing computed yet
-        else:
-            lib.qgpu_matmul_multi(matrices, len(group), n_in, _floats(x), n, _floats(buf[offset:]))
+        flags = (lib.QGPU_BF16_X if bf16_x else 0) | (lib.QGPU_BF16_Y if bf16_y else 0)
+        if not lib.qgpu_matmul_multi_ex(matrices, len(group), n_in, _floats(x), n, _floats(buf[offset:]), flags,
+                                        ffi.from_buffer("uint16_t[]", scratch)):
+            _not_bf16(fn, x)  # the first group's check: nothing computed yet
         offset += n * sum(w.shape[0] for w in group)
     return ys
+
+
+_per_thread = threading.local()
+
+
+def _scratch(size: int) -> np.ndarray:
+    """uint16 workspace of at least `size` for the C core, kept per thread and grown on demand: a fresh array
+    of this size per product costs page faults comparable to packing it."""
+    buf = getattr(_per_thread, "scratch", None)
+    if buf is None or buf.size < size:
+        buf = _per_thread.scratch = np.empty(max(size, 1), np.uint16)
+    return buf
 
 
 def _not_bf16(fn: str, x: np.ndarray) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from qgpu_min.errors import QgpuError
-from qgpu_min.model.bf16 import bf16_to_f32
+from qgpu_min.model.bf16 import bf16_to_f32, round_bf16
 
 # Below this fraction of nonzero weights, `maybe_sparse` picks the CSR path (see docs/ccore.md for the
 # measurement behind it: the sparse kernel reads 6 bytes per nonzero and gathers x, dense reads 2 per weight).
@@ -278,33 +278,37 @@ def chunked_matvec(w: ChunkedBF16, x: np.ndarray) -> np.ndarray:
     return matvec_bf16(w.to_dense(), x)
 
 
-def matvec_bf16(w_bits: np.ndarray | SparseBF16 | QuantQ8, x: np.ndarray, bf16_x: bool = False) -> np.ndarray:
+def matvec_bf16(w_bits: np.ndarray | SparseBF16 | QuantQ8, x: np.ndarray, bf16_x: bool = False,
+                bf16_y: bool = False) -> np.ndarray:
     """y[o] = sum_i W[o, i] * x[i]: W bf16 [out, in] (dense bits or SparseBF16, or a QuantQ8), x f32 [in] ->
-    f32 [out]. bf16_x: x holds bf16 values only (checked); the C core may then use AMX tiles, which change
-    only the summation order."""
-    return matmul_bf16(w_bits, x[None], bf16_x)[0]
+    f32 [out]. bf16 mode's flags: bf16_x, x holds bf16 values only (checked; the C core may then use AMX
+    tiles, which change only the summation order); bf16_y, y rounded to bf16."""
+    return matmul_bf16(w_bits, x[None], bf16_x, bf16_y)[0]
 
 
-def matmul_bf16(w_bits: np.ndarray | SparseBF16 | QuantQ8, x: np.ndarray, bf16_x: bool = False) -> np.ndarray:
+def matmul_bf16(w_bits: np.ndarray | SparseBF16 | QuantQ8, x: np.ndarray, bf16_x: bool = False,
+                bf16_y: bool = False) -> np.ndarray:
     """Y = X @ W.T: W bf16 [out, in] (dense bits or SparseBF16, or a QuantQ8), X f32 [n, in] -> f32 [n, out].
-    bf16_x as for matvec_bf16."""
+    bf16_x, bf16_y as for matvec_bf16."""
     if bf16_x and (x.view(np.uint32) & np.uint32(0xFFFF)).any():
         raise KernelInputError("matmul_bf16: bf16_x=True, but x holds a value that is not a bf16")
     if isinstance(w_bits, QuantQ8):
-        return matmul_q8(w_bits, x)
-    if isinstance(w_bits, SparseBF16):
-        return sparse_matmul(w_bits, x)
-    return x @ bf16_to_f32(w_bits).T
+        y = matmul_q8(w_bits, x)
+    elif isinstance(w_bits, SparseBF16):
+        y = sparse_matmul(w_bits, x)
+    else:
+        y = x @ bf16_to_f32(w_bits).T
+    return round_bf16(np.asarray(y, np.float32)) if bf16_y else y
 
 
-def matvec_bf16_multi(ws: list, x: np.ndarray, bf16_x: bool = False) -> list[np.ndarray]:
-    """Several products sharing one input x f32 [in]: [matvec_bf16(w, x, bf16_x) for w in ws]."""
-    return [matvec_bf16(w, x, bf16_x) for w in ws]
+def matvec_bf16_multi(ws: list, x: np.ndarray, bf16_x: bool = False, bf16_y: bool = False) -> list[np.ndarray]:
+    """Several products sharing one input x f32 [in]: [matvec_bf16(w, x, bf16_x, bf16_y) for w in ws]."""
+    return [matvec_bf16(w, x, bf16_x, bf16_y) for w in ws]
 
 
-def matmul_bf16_multi(ws: list, x: np.ndarray, bf16_x: bool = False) -> list[np.ndarray]:
-    """Several products sharing one input X f32 [n, in]: [matmul_bf16(w, x, bf16_x) for w in ws]."""
-    return [matmul_bf16(w, x, bf16_x) for w in ws]
+def matmul_bf16_multi(ws: list, x: np.ndarray, bf16_x: bool = False, bf16_y: bool = False) -> list[np.ndarray]:
+    """Several products sharing one input X f32 [n, in]: [matmul_bf16(w, x, bf16_x, bf16_y) for w in ws]."""
+    return [matmul_bf16(w, x, bf16_x, bf16_y) for w in ws]
 
 
 def sparse_matvec(w: SparseBF16, x: np.ndarray) -> np.ndarray:
@@ -481,7 +485,6 @@ def _csr_rows(w: SparseBF16, rows: np.ndarray) -> SparseBF16:
 
 
 def _rounder(bf16: bool):
-    from qgpu_min.model.bf16 import round_bf16
     return round_bf16 if bf16 else (lambda x: x)
 
 
