@@ -1,4 +1,4 @@
-"""Reading JSON and writing files safely: the one home for both.
+"""Reading JSON and writing files safely, and where the user cache lives: the one home for each.
 
 `read_json`/`parse_json` report every way a JSON file can be bad as an OSError or a ValueError (json's own
 RecursionError on deep nesting included), so a caller turns exactly those into its error naming the file.
@@ -55,3 +55,11 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     """`path.write_text(text)` (UTF-8), whole or not at all."""
     with atomic_output(path) as f:
         f.write(text.encode("utf-8"))
+
+
+def user_cache_root() -> Path:
+    """<$XDG_CACHE_HOME or ~/.cache>/qgpu-min: the GPU cache, built checkpoints and the CUDA path's library
+    live below it."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"  # the XDG spec ignores relative paths
+    return base / "qgpu-min"

@@ -33,7 +33,7 @@ from ..circuit.compile import BaseShape, Coo, LayerWeights, Plan, check_exact_we
 from ..circuit.ir import CONST, Circuit, Gate, Group, Unit
 from ..circuit.margin import static_check
 from ..circuit.run import Readout, embedding_rows
-from ..files import atomic_output
+from ..files import atomic_output, user_cache_root
 from ..model.bf16 import bf16_to_f32
 from . import layout as layout_module, vocab as vocab_module
 from .core import GpuCircuit, build
@@ -191,13 +191,6 @@ def definition_key(spec: GpuSpec, shape: BaseShape, package: Path | None = None)
 
 class BadEntry(Exception):
     """A cache entry that cannot be used (unreadable, corrupt, stale)."""
-
-
-def user_cache_root() -> Path:
-    """<$XDG_CACHE_HOME or ~/.cache>/qgpu-min: the GPU cache and built checkpoints live below it."""
-    xdg = os.environ.get("XDG_CACHE_HOME", "")
-    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"  # the XDG spec ignores relative paths
-    return base / "qgpu-min"
 
 
 def default_cache_dir() -> Path:

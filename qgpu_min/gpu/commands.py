@@ -17,7 +17,7 @@ def default_out_dir(base: Path) -> Path:
     """<user cache root>/merged/<hash of the base's resolved path>: one folder per base."""
     import hashlib
 
-    from .cache import user_cache_root
+    from ..files import user_cache_root
     return user_cache_root() / "merged" / hashlib.sha256(str(base.resolve()).encode()).hexdigest()[:16]
 
 

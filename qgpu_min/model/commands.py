@@ -7,7 +7,7 @@ import sys
 import click
 
 from ..errors import QgpuError
-from .modes import MODES, QUANTS
+from .modes import DEVICES, MODES, QUANTS
 
 
 @click.command("generate")
@@ -26,19 +26,23 @@ from .modes import MODES, QUANTS
               help="activation precision: fp32, or bf16 emulating torch bf16 inference")
 @click.option("--quant", type=click.Choice(QUANTS), help="quantize the dense matrices at load: int8 (Q8, a scale "
               "per 32 weights; about half the bytes per token; drift: `qgpu-min drift --quant int8`)")
+@click.option("--device", type=click.Choice(DEVICES), default="cpu", show_default=True,
+              help="where the layers' dense products run: cuda needs an NVIDIA GPU and nvcc (builds once)")
 @click.option("--json", "as_json", is_flag=True,
               help='print {"prompt_ids": [...], "token_ids": [...], "text": "..."} instead of streaming (a list '
                    'of them for several prompts)')
 def generate_command(model_dir: str, prompts: tuple[str, ...], max_new_tokens: int, greedy: bool, temperature: float | None,
                      top_p: float | None, top_k: int | None, seed: int | None, raw: bool, think: bool,
-                     mode: str, quant: str | None, as_json: bool) -> None:
+                     mode: str, quant: str | None, device: str, as_json: bool) -> None:
     """Generate text for PROMPT (a user message, or raw text with --raw). Several prompts are generated
     together (one pass over the weights per step for all of them); each answer is the one it gets alone."""
     from .forward import load_model      # here, so that other commands' start does not load the model
     from .generate import Sampling, default_sampling, generate_ids, generate_many, prompt_ids, result, stream_text
 
     try:
-        model = load_quantized(model_dir, mode, quant) if quant else load_model(model_dir, mode=mode)
+        if quant and device != "cpu":
+            raise click.UsageError("--quant runs on the CPU only; leave out --device cuda or --quant")
+        model = load_quantized(model_dir, mode, quant) if quant else load_model(model_dir, mode=mode, device=device)
         d = default_sampling(model)
         sampling = Sampling(greedy=greedy, seed=seed,
                             temperature=d["temperature"] if temperature is None else temperature,

@@ -38,7 +38,7 @@ from . import kernels
 from .bf16 import bf16_to_f32, round_bf16
 from .config import TextConfig, load_config, parse_config
 from .errors import ModelInputError
-from .modes import MODES
+from .modes import DEVICES, MODES
 from .weights import Weights, check_quant, load_weights, quantize_weights, weights_from_arrays
 
 if TYPE_CHECKING:  # the tokenizers library is imported only when a tokenizer is loaded
@@ -63,6 +63,16 @@ def sparse_chunks(w, lanes: int) -> kernels.ChunkedBF16 | None:
             > HEAD_CHUNK_DENSITY * probe.shape[0] * -(-w.shape[1] // lanes):
         return None
     return kernels.ChunkedBF16.from_dense(w, lanes)
+
+
+def _cuda_products():
+    from .cuda import CudaProducts  # loaded on first use: it may build a library with nvcc
+    return CudaProducts()
+
+
+def check_device(device: str) -> None:
+    if device not in DEVICES:
+        raise ModelInputError(f"device must be one of {', '.join(DEVICES)}, not {device!r}")
 
 
 def check_mode(mode: str) -> None:
@@ -99,8 +109,9 @@ class Model:
     """A loaded Qwen3.5 text model; see docs/model.md."""
 
     def __init__(self, config: TextConfig, weights: Weights, mode: str = "fp32", tokenizer: Tokenizer | None = None,
-                 path: Path | None = None) -> None:
+                 path: Path | None = None, device: str = "cpu") -> None:
         check_mode(mode)
+        check_device(device)
         if mode == "bf16":  # torch casts every parameter to bf16, the F32-stored ones too (copies: the
             # caller's Weights stay as they are)
             weights = replace(weights, layers=[{**layer, **{n: round_bf16(layer[n]) for n in F32_VECTORS
@@ -108,6 +119,9 @@ class Model:
         self.config, self.weights, self.mode, self.tokenizer, self.path = config, weights, mode, tokenizer, path
         self.r = kernels.round_bf16 if mode == "bf16" else _identity  # bf16.round_bf16's bits, in C
         self.bf16 = mode == "bf16"  # the layers' products: bf16 in, bf16 out (the head's: see _apply_head)
+        # the layers' dense products: the C core's, or the optional CUDA path's (model/cuda.py)
+        self.device = device
+        self.products = kernels if device == "cpu" else _cuda_products()
         rot = config.rotary_dim
         self._inv_freq = (np.float32(1) / np.power(np.float32(config.rope_theta),
                                                    np.arange(0, rot, 2, dtype=np.float32) / np.float32(rot)))
@@ -279,14 +293,14 @@ class Model:
         """r(x @ W.T) for x (T, in); the matrix-vector kernel when T == 1. In bf16 mode the products are told
         that x holds bf16 values (AMX tiles where the CPU has them) and round their results themselves."""
         if x.shape[0] == 1:
-            return kernels.matvec_bf16(w, x[0], self.bf16, self.bf16)[None]
-        return kernels.matmul_bf16(w, x, self.bf16, self.bf16)
+            return self.products.matvec_bf16(w, x[0], self.bf16, self.bf16)[None]
+        return self.products.matmul_bf16(w, x, self.bf16, self.bf16)
 
     def _linears(self, ws: list, x: np.ndarray) -> list[np.ndarray]:
         """[_linear(w, x) for w in ws], bit for bit, in one parallel dispatch (projections of one input)."""
         if x.shape[0] == 1:
-            return [y[None] for y in kernels.matvec_bf16_multi(ws, x[0], self.bf16, self.bf16)]
-        return kernels.matmul_bf16_multi(ws, x, self.bf16, self.bf16)
+            return [y[None] for y in self.products.matvec_bf16_multi(ws, x[0], self.bf16, self.bf16)]
+        return self.products.matmul_bf16_multi(ws, x, self.bf16, self.bf16)
 
     def _norm(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
         return self.r(kernels.rmsnorm(x, w, self.config.rms_norm_eps, plus_one=True))
@@ -474,18 +488,23 @@ def model_from_tensors(config: dict | TextConfig, tensors: dict[str, np.ndarray]
 
 
 def load_model(path: str | Path, mode: str = "fp32", sparse: bool = True, quant: str | None = None,
-               keep_layers: Collection[int] = (), progress: Callable[[int, int], None] | None = None) -> Model:
+               keep_layers: Collection[int] = (), progress: Callable[[int, int], None] | None = None,
+               device: str = "cpu") -> Model:
     """Load a Qwen3.5 checkpoint directory: config, weights (memory-mapped, checked before use), and the
     tokenizer when tokenizer.json is present (else model.tokenizer is None). quant="int8": the dense
     matrices of the layers outside keep_layers and the LM head quantized to Q8 at load
-    (weights.quantize_weights; progress(done, total) per layer)."""
+    (weights.quantize_weights; progress(done, total) per layer). device="cuda": the layers' dense products on
+    an NVIDIA GPU (model/cuda.py; needs nvcc and a GPU, and takes no quant)."""
     from .tokenizer import load_tokenizer
 
     check_mode(mode)
     check_quant(quant)
+    check_device(device)
+    if quant is not None and device != "cpu":
+        raise ModelInputError(f"quant={quant!r} runs on the CPU only; it cannot be combined with device={device!r}")
     path = Path(path)
     config = load_config(path)
     weights = load_weights(path, config, sparse=sparse)
     if quant is not None:
         weights = quantize_weights(weights, keep_layers, progress)
-    return Model(config, weights, mode, tokenizer=load_tokenizer(path), path=path)
+    return Model(config, weights, mode, tokenizer=load_tokenizer(path), path=path, device=device)

@@ -67,7 +67,7 @@ def _check_shape(fn: str, name: str, a: np.ndarray, shape: tuple) -> None:
         raise KernelInputError(f"{fn}: {name} has shape {a.shape}, expected {_shape_text(shape)}")
 
 
-def _weight(fn: str, w: object, name: str = "w_bits") -> np.ndarray:
+def check_weight(fn: str, w: object, name: str = "w_bits") -> np.ndarray:
     if not isinstance(w, np.ndarray) or w.dtype != np.uint16 or w.ndim != 2:
         raise KernelInputError(f"{fn}: {name} must be a 2-D uint16 array of bf16 bits [out, in] "
                                f"(or a SparseBF16), got {describe_arg(w)}")
@@ -77,7 +77,7 @@ def _weight(fn: str, w: object, name: str = "w_bits") -> np.ndarray:
     return w
 
 
-def _activation(fn: str, name: str, a: object, shape: tuple) -> np.ndarray:
+def check_activation(fn: str, name: str, a: object, shape: tuple) -> np.ndarray:
     if not isinstance(a, np.ndarray) or a.dtype != np.float32:
         raise KernelInputError(f"{fn}: {name} must be a float32 array, got {describe_arg(a)}")
     _check_shape(fn, name, a, shape)
@@ -113,8 +113,8 @@ def matvec_bf16(w_bits: Weight, x: np.ndarray, bf16_x: bool = False, bf16_y: boo
     bf16_y, y comes back rounded to bf16 (round_bf16's bits), as torch's bf16 linear returns it."""
     if isinstance(w_bits, SparseBF16):
         return _rounded(sparse_matvec(w_bits, x), bf16_y)
-    w = w_bits if isinstance(w_bits, QuantQ8) else _weight("matvec_bf16", w_bits)
-    x = _activation("matvec_bf16", "x", x, (w.shape[1],))
+    w = w_bits if isinstance(w_bits, QuantQ8) else check_weight("matvec_bf16", w_bits)
+    x = check_activation("matvec_bf16", "x", x, (w.shape[1],))
     return _multi("matvec_bf16", [w], x[None], bf16_x, bf16_y)[0][0]
 
 
@@ -123,8 +123,8 @@ def matmul_bf16(w_bits: Weight, x: np.ndarray, bf16_x: bool = False, bf16_y: boo
     bf16_x, bf16_y as for matvec_bf16."""
     if isinstance(w_bits, SparseBF16):
         return _rounded(sparse_matmul(w_bits, x), bf16_y)
-    w = w_bits if isinstance(w_bits, QuantQ8) else _weight("matmul_bf16", w_bits)
-    x = _activation("matmul_bf16", "x", x, (None, w.shape[1]))
+    w = w_bits if isinstance(w_bits, QuantQ8) else check_weight("matmul_bf16", w_bits)
+    x = check_activation("matmul_bf16", "x", x, (None, w.shape[1]))
     return _multi("matmul_bf16", [w], x, bf16_x, bf16_y)[0]
 
 
@@ -134,7 +134,7 @@ def matmul_bf16_multi(ws: Sequence[Weight], x: np.ndarray, bf16_x: bool = False,
     dispatch (fewer thread wake-ups when several projections read the same input): X f32 [n, in] ->
     [f32 [n, out_j]]."""
     n_in = _multi_width("matmul_bf16_multi", ws)
-    x = _activation("matmul_bf16_multi", "x", x, (None, n_in))
+    x = check_activation("matmul_bf16_multi", "x", x, (None, n_in))
     return _multi("matmul_bf16_multi", ws, x, bf16_x, bf16_y)
 
 
@@ -144,7 +144,7 @@ def matvec_bf16_multi(ws: Sequence[Weight], x: np.ndarray, bf16_x: bool = False,
     dispatch: x f32 [in] -> [f32 [out_j]]. For decode, e.g. in_proj_qkv/z/b/a, gate/up, or q/k/v on one
     input."""
     n_in = _multi_width("matvec_bf16_multi", ws)
-    x = _activation("matvec_bf16_multi", "x", x, (n_in,))
+    x = check_activation("matvec_bf16_multi", "x", x, (n_in,))
     return [y[0] for y in _multi("matvec_bf16_multi", ws, x[None], bf16_x, bf16_y)]
 
 
@@ -162,7 +162,7 @@ def _multi_width(fn: str, ws: object) -> int:
         else None
     for j, w in enumerate(ws):
         if not isinstance(w, (SparseBF16, QuantQ8)):
-            _weight(fn, w, f"ws[{j}]")
+            check_weight(fn, w, f"ws[{j}]")
         if w.shape[1] != n_in:
             raise KernelInputError(f"{fn}: ws[{j}] has {w.shape[1]} input columns, ws[0] has {n_in}; "
                                    f"the weights must share one input width")
@@ -199,7 +199,7 @@ def _multi(fn: str, ws: Sequence[Weight], x: np.ndarray, bf16_x: bool, bf16_y: b
         flags = (lib.QGPU_BF16_X if bf16_x else 0) | (lib.QGPU_BF16_Y if bf16_y else 0)
         if not lib.qgpu_matmul_multi_ex(matrices, len(group), n_in, _floats(x), n, _floats(buf[offset:]), flags,
                                         ffi.from_buffer("uint16_t[]", scratch)):
-            _not_bf16(fn, x)  # the first group's check: nothing computed yet
+            not_bf16(fn, x)  # the first group's check: nothing computed yet
         offset += n * sum(w.shape[0] for w in group)
     return ys
 
@@ -216,7 +216,7 @@ def _scratch(size: int) -> np.ndarray:
     return buf
 
 
-def _not_bf16(fn: str, x: np.ndarray) -> None:
+def not_bf16(fn: str, x: np.ndarray) -> None:
     """The error for bf16_x=True with x holding a float whose low 16 bits are not all zero."""
     low = x.view(np.uint32) & np.uint32(0xFFFF)
     where = tuple(int(i) for i in np.unravel_index(int(np.flatnonzero(low)[0]), x.shape))
@@ -227,7 +227,7 @@ def _not_bf16(fn: str, x: np.ndarray) -> None:
 
 def quantize_q8(w_bits: np.ndarray) -> QuantQ8:
     """kernels_ref.quantize_q8 in C, bit for bit, in parallel over rows (a model's matrices at load)."""
-    w = _weight("quantize_q8", w_bits)
+    w = check_weight("quantize_q8", w_bits)
     out, n_in = w.shape
     if n_in % Q8_BLOCK:
         raise KernelInputError(f"quantize_q8: {n_in} columns are not a multiple of the block of {Q8_BLOCK}")
@@ -252,7 +252,7 @@ def sparse_matmul(w: SparseBF16, x: np.ndarray) -> np.ndarray:
     """matmul_bf16 for a CSR weight: X f32 [n, in] -> f32 [n, out]."""
     w = _sparse("sparse_matmul", w)
     out, n_in = w.shape
-    x = _activation("sparse_matmul", "x", x, (None, n_in))
+    x = check_activation("sparse_matmul", "x", x, (None, n_in))
     y = np.empty((x.shape[0], out), dtype=np.float32)
     if x.shape[0] and out:
         lib.qgpu_sparse_matmul(out, n_in, ffi.from_buffer("int64_t[]", w.indptr),
@@ -264,7 +264,7 @@ def sparse_matmul(w: SparseBF16, x: np.ndarray) -> np.ndarray:
 def sparse_matvec(w: SparseBF16, x: np.ndarray) -> np.ndarray:
     """matvec_bf16 for a CSR weight: x f32 [in] -> f32 [out]."""
     w = _sparse("sparse_matvec", w)
-    x = _activation("sparse_matvec", "x", x, (w.shape[1],))
+    x = check_activation("sparse_matvec", "x", x, (w.shape[1],))
     return sparse_matmul(w, x[None, :])[0]
 
 
@@ -276,14 +276,14 @@ def _norm_rows(fn: str, x: object) -> np.ndarray:
     """x checked as float32 rows (..., d) with d >= 1: what every norm normalises."""
     if not isinstance(x, np.ndarray) or x.ndim < 1 or x.shape[-1] < 1:
         raise KernelInputError(f"{fn}: x must be a float32 array (..., d) with d >= 1, got {describe_arg(x)}")
-    return _activation(fn, "x", x, (None,) * (x.ndim - 1) + (x.shape[-1],))
+    return check_activation(fn, "x", x, (None,) * (x.ndim - 1) + (x.shape[-1],))
 
 
 def rmsnorm(x: np.ndarray, w: np.ndarray, eps: float, plus_one: bool) -> np.ndarray:
     """x * rsqrt(mean(x^2) + eps) * (1 + w if plus_one else w) over the last axis; x f32 (..., d), w f32 (d)."""
     x = _norm_rows("rmsnorm", x)
     d = x.shape[-1]
-    w = _activation("rmsnorm", "w", w, (d,))
+    w = check_activation("rmsnorm", "w", w, (d,))
     y = np.empty_like(x)
     lib.qgpu_rmsnorm(_floats(x), x.size // d, d, _floats(w), eps, bool(plus_one), _floats(y))
     return y
@@ -293,8 +293,8 @@ def gated_rmsnorm(x: np.ndarray, z: np.ndarray, w: np.ndarray, eps: float) -> np
     """rmsnorm(x) * w * silu(z) over the last axis (per head): x, z f32 (..., d), w f32 (d), plain w."""
     x = _norm_rows("gated_rmsnorm", x)
     d = x.shape[-1]
-    z = _activation("gated_rmsnorm", "z", z, x.shape)
-    w = _activation("gated_rmsnorm", "w", w, (d,))
+    z = check_activation("gated_rmsnorm", "z", z, x.shape)
+    w = check_activation("gated_rmsnorm", "w", w, (d,))
     y = np.empty_like(x)
     lib.qgpu_gated_rmsnorm(_floats(x), _floats(z), x.size // d, d, _floats(w), eps, _floats(y))
     return y
@@ -309,7 +309,7 @@ def conv_update(conv_state: np.ndarray, x: np.ndarray, w: np.ndarray) -> np.ndar
     -> pre-SiLU output f32 [C]."""
     state, w = _conv_args("conv_update", conv_state, w)
     c, k = w.shape
-    x = _activation("conv_update", "x", x, (c,))
+    x = check_activation("conv_update", "x", x, (c,))
     y = np.empty(c, dtype=np.float32)
     lib.qgpu_conv_update(_floats(state), c, k, _floats(x), _floats(w), _floats(y))
     return y
@@ -330,7 +330,7 @@ def _conv_args(fn: str, conv_state: object, w: object) -> tuple[np.ndarray, np.n
     if not isinstance(w, np.ndarray) or w.ndim != 2 or w.shape[1] < 1:
         raise KernelInputError(f"{fn}: w must be a float32 array [C, K] with K >= 1, got {describe_arg(w)}")
     c, k = w.shape
-    w = _activation(fn, "w", w, (c, k))
+    w = check_activation(fn, "w", w, (c, k))
     return _in_out(fn, "conv_state", conv_state, (c, k - 1)), w
 
 
@@ -339,7 +339,7 @@ def conv_prefill(conv_state: np.ndarray, x: np.ndarray, w: np.ndarray) -> np.nda
     T conv_update calls; conv_state f32 [C, K-1] ends shifted past all T inputs."""
     state, w = _conv_args("conv_prefill", conv_state, w)
     c, k = w.shape
-    x = _activation("conv_prefill", "x", x, (None, c))
+    x = check_activation("conv_prefill", "x", x, (None, c))
     y = np.empty_like(x)
     if x.shape[0]:
         lib.qgpu_conv_prefill(_floats(state), c, k, x.shape[0], _floats(x), _floats(w), _floats(y))
@@ -355,10 +355,10 @@ def _delta_args(fn: str, S: object, q: object, k: object, v: object, g: object, 
     if dv > lib.QGPU_MAX_DV:
         raise KernelInputError(f"{fn}: dv = {dv} exceeds the C kernel's limit {lib.QGPU_MAX_DV}")
     S = _in_out(fn, "S", S, (h, dk, dv))
-    q = _activation(fn, "q", q, lead + (h, dk))
+    q = check_activation(fn, "q", q, lead + (h, dk))
     lead = q.shape[:len(lead)]
-    return (S, q, _activation(fn, "k", k, lead + (h, dk)), _activation(fn, "v", v, lead + (h, dv)),
-            _activation(fn, "g", g, lead + (h,)), _activation(fn, "beta", beta, lead + (h,)))
+    return (S, q, check_activation(fn, "k", k, lead + (h, dk)), check_activation(fn, "v", v, lead + (h, dv)),
+            check_activation(fn, "g", g, lead + (h,)), check_activation(fn, "beta", beta, lead + (h,)))
 
 
 def _clean_flags(fn: str, clean: object, h: int) -> np.ndarray:
@@ -402,7 +402,7 @@ def deltanet_step_sparse(S: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndar
 
 
 def _elementwise(fn: str, c_fn, x: np.ndarray) -> np.ndarray:
-    x = _activation(fn, "x", x, (None,) * np.ndim(x))
+    x = check_activation(fn, "x", x, (None,) * np.ndim(x))
     y = np.empty_like(x)
     c_fn(_floats(x), x.size, _floats(y))
     return y
@@ -447,10 +447,10 @@ def l2norm(x: np.ndarray, eps: float = 1e-6, divisor: float = 1.0) -> np.ndarray
 def deltanet_gate(a: np.ndarray, a_log: np.ndarray, dt_bias: np.ndarray) -> np.ndarray:
     """The DeltaNet decay g = -exp(A_log) * softplus(a + dt_bias) for a f32 (..., H): softplus is x above
     20 (torch's threshold), else log1p(exp(x)) (log1p in double)."""
-    a = _activation("deltanet_gate", "a", a, (None,) * np.ndim(a))
+    a = check_activation("deltanet_gate", "a", a, (None,) * np.ndim(a))
     heads = a.shape[-1]
-    a_log = _activation("deltanet_gate", "A_log", a_log, (heads,))
-    dt_bias = _activation("deltanet_gate", "dt_bias", dt_bias, (heads,))
+    a_log = check_activation("deltanet_gate", "A_log", a_log, (heads,))
+    dt_bias = check_activation("deltanet_gate", "dt_bias", dt_bias, (heads,))
     g = np.empty_like(a)
     lib.qgpu_deltanet_gate(_floats(a), a.size, _floats(a_log), _floats(dt_bias), heads, _floats(g))
     return g
@@ -469,7 +469,7 @@ def chunked_matvec(w: ChunkedBF16, x: np.ndarray) -> np.ndarray:
     if not isinstance(w, ChunkedBF16):
         raise KernelInputError(f"chunked_matvec: w must be a ChunkedBF16, got {describe_arg(w)}")
     out, n_in = w.shape
-    x = _activation("chunked_matvec", "x", x, (n_in,))
+    x = check_activation("chunked_matvec", "x", x, (n_in,))
     y = np.empty(out, dtype=np.float32)
     small = ffi.NULL if w.small is None else ffi.from_buffer("int8_t[]", w.small)
     if not lib.qgpu_chunked_matvec_bf16(out, n_in, w.lanes, ffi.from_buffer("int64_t[]", w.ptr),
@@ -510,7 +510,7 @@ class SparseMlpStep:
 
     def __init__(self, mlp: SparseMlp, norm_w: np.ndarray, eps: float, bf16: bool) -> None:
         self.mlp, self.d, self.m = mlp, mlp.down.shape[0], mlp.units.shape[0]
-        self.norm_w = _activation("SparseMlpStep", "norm_w", norm_w, (self.d,))
+        self.norm_w = check_activation("SparseMlpStep", "norm_w", norm_w, (self.d,))
         self.eps, self.bf16 = float(eps), int(bool(bf16))
         self.layer = ffi.new("qgpu_mlp_layer *")
         L, self._keep = self.layer, [_floats(self.norm_w)]
@@ -546,7 +546,7 @@ class GdnStep:
             raise KernelInputError(f"GdnStep: {self.nv} value heads of {self.dv} and {self.nk} key heads of "
                                    f"{self.dk} do not fit in_proj_qkv {w['qkv'].shape} and in_proj_z {w['z'].shape}")
         self.eps, self.bf16 = float(eps), int(bool(bf16))
-        self.conv_w = _activation("GdnStep", "conv", w["conv"], (self.c, None))
+        self.conv_w = check_activation("GdnStep", "conv", w["conv"], (self.c, None))
         self.k = self.conv_w.shape[1]
         vecs = {"in_norm": (self.d,), "norm_w": (self.dv,), "a_log": (self.nv,), "dt_bias": (self.nv,),
                 "conv_w": (self.c, self.k)}
@@ -555,7 +555,7 @@ class GdnStep:
         self.layer = ffi.new("qgpu_gdn_layer *")
         L, self._keep = self.layer, []
         for name, shape in vecs.items():
-            buf = _floats(_activation("GdnStep", name, sources[name], shape))
+            buf = _floats(check_activation("GdnStep", name, sources[name], shape))
             self._keep.append(buf)
             setattr(L, name, buf)
         L.d, L.nk, L.dk, L.nv, L.dv, L.k = self.d, self.nk, self.dk, self.nv, self.dv, self.k
