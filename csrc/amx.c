@@ -7,11 +7,12 @@
  * weight row and token alone, by the same sequence of instructions whatever tile or block holds it, so a
  * token's result is the same bits in a matvec, a matmul of any size, or on any thread count. The order and
  * rounding inside one instruction are the hardware's (not specified: each product is exact and denormals are
- * flushed, but the 32 products' sum matches no simple IEEE order, see tests/test_kernels_bf16x.py), so the
+ * flushed, but the 32 products' sum matches no simple IEEE order, see docs/ccore.md), so the
  * results are within fp32 summation error of the exact product, like every other SIMD level's.
  *
  * Linux lends the tile registers only after a per-process request (arch_prctl ARCH_REQ_XCOMP_PERM);
  * qgpu_amx_usable makes it once and says whether AMX can be used. Elsewhere this file compiles to stubs. */
+#define _DEFAULT_SOURCE /* syscall() under -std=c99 */
 #include <string.h>
 
 #include "qgpu_core.h"
