@@ -11,7 +11,9 @@ Modes. "fp32": activations float32 throughout, bf16 weights widened exactly. "bf
 inference (HF `modeling_qwen3_5.py`): every value torch would hold as a bf16 tensor is rounded to bf16
 (round-to-nearest-even) at the point torch rounds it; fp32 islands stay fp32. The rounding points, marked
 `r(...)` below, are:
-  - each linear layer's output (fp32 accumulation, one rounding);
+  - each linear layer's output (fp32 accumulation, one rounding, done by the product itself: bf16_y; the
+    products are also told that their input holds bf16 values, bf16_x, and run on AMX tiles where the CPU
+    has them, an fp32 summation order of their own);
   - RMSNorm (input, post-attention, final, q_norm, k_norm): math in fp32, weight (1 + w) applied in fp32,
     one rounding at the end;
   - residual adds;
