@@ -129,20 +129,23 @@ def bench_matmul(rng: np.random.Generator, repeat: int) -> None:
 
 def bench_bf16x(rng: np.random.Generator, repeat: int) -> None:
     """bf16 mode's products (bf16 activations, bf16_x=True: AMX tiles at the amx level) against the same
-    products told nothing (fp32 code), prefill (64 tokens) and decode (1) shapes, rounds interleaved."""
+    products told nothing (fp32 code), rounds interleaved: prefill (64 tokens, one matrix) and decode (one
+    token through copies of the matrix adding up to 1 GB, more than any L3 here, so weights come from DRAM)."""
     print(f"\nbf16 activations, fp32 code vs bf16_x=True (isa {K.isa()}): GFLOP/s (decode: GB/s of weights)")
     for out, n_in in ((6144, 2048), (2048, 6144)):
         w = random_weights(rng, out, n_in)
         for n in (64, 1):
+            ws = [w] if n > 1 else [np.roll(w, i) for i in range(max(1, (1 << 30) // w.nbytes))]
             x = round_bf16(rng.standard_normal((n, n_in)).astype(np.float32))
             times = {False: [], True: []}
             for _ in range(repeat):
                 for flag in times:
-                    times[flag].append(best_time(lambda: K.matmul_bf16(w, x, bf16_x=flag), 1))
+                    times[flag].append(best_time(lambda: [K.matmul_bf16(m, x, bf16_x=flag) for m in ws], 1))
             t_plain, t_flag = min(times[False]), min(times[True])
-            unit, work = ("GB/s", w.nbytes) if n == 1 else ("GFLOP/s", 2.0 * out * n_in * n)
+            unit, work = ("GB/s", sum(m.nbytes for m in ws)) if n == 1 else ("GFLOP/s", 2.0 * out * n_in * n)
             print(f"  {out}x{n_in}, {n:>2} tokens: fp32 code {work / t_plain / 1e9:6.1f} {unit}, bf16_x "
                   f"{work / t_flag / 1e9:6.1f}, ratio {t_plain / t_flag:5.2f}x")
+            del ws
 
 
 def bench_sparse(rng: np.random.Generator, repeat: int) -> None:
