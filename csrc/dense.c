@@ -10,6 +10,9 @@
  * Blocking: threads take disjoint row ranges of W (every weight byte is read by one thread). Within a
  * range, a tile of 4 rows x T tokens (T = 4 AVX-512, 2 AVX2, 1 generic) reuses each loaded weight chunk
  * across its T tokens, and a block of tokens of X (~256 KiB) stays in cache while the rows stream past it.
+ *
+ * The amx level runs the AVX-512 code, except for products whose caller says X holds bf16 values
+ * (qgpu_matmul_multi_ex with QGPU_BF16_X, bf16 mode): their bf16 matrices go to AMX tiles (amx.c).
  */
 #include <math.h>
 #include <string.h>

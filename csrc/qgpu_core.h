@@ -88,7 +88,7 @@ void qgpu_deltanet_prefill(float *s, size_t h, size_t dk, size_t dv, size_t t, c
  * Other heads run the dense step. On return clean[h] says whether S[h] is clean now (a scan's answer). */
 void qgpu_deltanet_step_sparse(float *s, size_t h, size_t dk, size_t dv, const float *q, const float *k,
                                const float *v, const float *g, const float *beta, float *o, int32_t *clean);
-/* Lanes of the dense products' accumulator at a SIMD level (16 AVX-512, 8 otherwise). */
+/* Lanes of the dense products' accumulator at a SIMD level (16 AVX-512 and amx, 8 otherwise). */
 int qgpu_isa_lanes(int level);
 /* y = W x for W stored as its nonzero chunks of `lanes` columns: row r's chunks are ptr[r] .. ptr[r+1],
  * chunk c starts at column cols[c], its weights w[c * lanes ..] (zero-padded past `in`). Bit-identical to

@@ -458,7 +458,7 @@ def deltanet_gate(a: np.ndarray, a_log: np.ndarray, dt_bias: np.ndarray) -> np.n
 
 def isa_lanes() -> int:
     """Lanes of the dense products' accumulator at the current SIMD level: the ChunkedBF16.lanes that
-    chunked_matvec runs with (16 AVX-512, 8 AVX2 and generic)."""
+    chunked_matvec runs with (16 AVX-512 and amx, 8 AVX2 and generic)."""
     return int(lib.qgpu_isa_lanes(lib.qgpu_get_isa()))
 
 
