@@ -12,7 +12,7 @@
  * across its T tokens, and a block of tokens of X (~256 KiB) stays in cache while the rows stream past it.
  *
  * The amx level runs the AVX-512 code, except for products whose caller says X holds bf16 values
- * (qgpu_matmul_multi_ex with QGPU_BF16_X, bf16 mode): their bf16 matrices go to AMX tiles (amx.c).
+ * (qgpu_matmul_multi with QGPU_BF16_X, bf16 mode): their bf16 matrices go to AMX tiles (amx.c).
  */
 #include <math.h>
 #include <string.h>
@@ -478,14 +478,10 @@ static void run_multi(const qgpu_matrix *ws, size_t count, size_t in, const floa
     qgpu_parallel_for(rows, ROW_GRAIN, work_rows * in * (n ? n : 1), multi_rows, &m);
 }
 
-void qgpu_matmul_multi(const qgpu_matrix *ws, size_t count, size_t in, const float *x, size_t n, float *y) {
-    run_multi(ws, count, in, x, n, y, NULL, 0);
-}
-
 size_t qgpu_bf16x_scratch(size_t n, size_t in) { return qgpu_amx_packed_size(n, in); }
 
-int qgpu_matmul_multi_ex(const qgpu_matrix *ws, size_t count, size_t in, const float *x, size_t n, float *y,
-                         int flags, uint16_t *scratch) {
+int qgpu_matmul_multi(const qgpu_matrix *ws, size_t count, size_t in, const float *x, size_t n, float *y,
+                      int flags, uint16_t *scratch) {
     int amx = (flags & QGPU_BF16_X) && qgpu_get_isa() == ISA_AMX;
     if (amx) {
         if (!qgpu_amx_pack(x, n, in, scratch)) return 0;
@@ -500,31 +496,6 @@ int qgpu_matmul_multi_ex(const qgpu_matrix *ws, size_t count, size_t in, const f
     }
     run_multi(ws, count, in, x, n, y, amx ? scratch : NULL, (flags & QGPU_BF16_Y) != 0);
     return 1;
-}
-
-void qgpu_matmul_bf16_multi(const uint16_t *const *ws, const size_t *outs, size_t count, size_t in,
-                            const float *x, size_t n, float *y) {
-    qgpu_matrix m[QGPU_MAX_MULTI];
-    count = count < QGPU_MAX_MULTI ? count : QGPU_MAX_MULTI;
-    for (size_t j = 0; j < count; j++) {
-        qgpu_matrix one = {ws[j], NULL, NULL, outs[j]};
-        m[j] = one;
-    }
-    qgpu_matmul_multi(m, count, in, x, n, y);
-}
-
-void qgpu_matmul_bf16(const uint16_t *w, size_t out, size_t in, const float *x, size_t n, float *y) {
-    qgpu_matmul_bf16_multi(&w, &out, 1, in, x, n, y);
-}
-
-void qgpu_matvec_bf16(const uint16_t *w, size_t out, size_t in, const float *x, float *y) {
-    qgpu_matmul_bf16(w, out, in, x, 1, y);
-}
-
-void qgpu_matmul_q8(const int8_t *q, const float *scales, size_t out, size_t in, const float *x, size_t n,
-                    float *y) {
-    qgpu_matrix m = {NULL, q, scales, out};
-    qgpu_matmul_multi(&m, 1, in, x, n, y);
 }
 
 /* ---- chunked products: the dense arithmetic without the all-zero chunks ----

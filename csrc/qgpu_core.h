@@ -16,46 +16,37 @@ enum { QGPU_MAX_DV = 4096, QGPU_MAX_MULTI = 16 };
 int qgpu_get_threads(void);
 void qgpu_set_threads(int n);
 
-/* SIMD level of the dense products: 0 generic C, 1 AVX2+FMA, 2 AVX-512, 3 amx (AVX-512, and AMX-BF16 tiles for
- * the products of bf16 activations, qgpu_matmul_multi_ex). The best the CPU supports is chosen at first use; qgpu_set_isa asks for a level and returns the one in force (never above the CPU's). */
+/* SIMD level of the dense products: 0 generic C, 1 AVX2+FMA, 2 AVX-512, 3 amx (AVX-512, and AMX-BF16 tiles
+ * for the products of bf16 activations, QGPU_BF16_X below). The best the CPU supports is chosen at first
+ * use; qgpu_set_isa asks for a level and returns the one in force (never above the CPU's). */
 int qgpu_get_isa(void);
 int qgpu_set_isa(int level);
 int qgpu_best_isa(void);
 
-/* y[out] = W[out, in] . x[in]    (W bf16 bits, fp32 accumulation) */
-void qgpu_matvec_bf16(const uint16_t *w, size_t out, size_t in, const float *x, float *y);
-/* Y[n, out] = X[n, in] . W[out, in]^T */
-void qgpu_matmul_bf16(const uint16_t *w, size_t out, size_t in, const float *x, size_t n, float *y);
-/* Y_j[n, outs[j]] = X[n, in] . W_j[outs[j], in]^T for W_j = ws[j], j < count <= QGPU_MAX_MULTI, in one
- * parallel dispatch; the Y_j lie one after another in y. Each is bit-identical to its own qgpu_matmul_bf16. */
-void qgpu_matmul_bf16_multi(const uint16_t *const *ws, const size_t *outs, size_t count, size_t in,
-                            const float *x, size_t n, float *y);
-
-/* Q8: int8 weights q [out, in] with one fp32 scale per block of 32 columns, scales [out, in / 32]; `in` a
- * multiple of 32. Y[n, out] = X[n, in] . W^T for W[r, k] = q[r, k] * scales[r, k / 32]. */
-void qgpu_matmul_q8(const int8_t *q, const float *scales, size_t out, size_t in, const float *x, size_t n,
-                    float *y);
 /* The Q8 form of a bf16 matrix w [out, in] (in a multiple of 32), as kernels_ref.quantize_q8 makes it;
  * a block holding a non-finite weight gets a NaN scale. */
 void qgpu_quantize_q8(const uint16_t *w, size_t out, size_t in, int8_t *q, float *scales);
-/* One operand of qgpu_matmul_multi: bf16 bits w, or (w NULL) a Q8 matrix q, scales; out rows. */
+/* One operand of qgpu_matmul_multi: bf16 bits w [out, in], or (w NULL) a Q8 matrix: int8 weights q [out, in]
+ * with one fp32 scale per block of 32 columns, scales [out, in / 32] (`in` a multiple of 32; W[r, k] =
+ * q[r, k] * scales[r, k / 32]). */
 typedef struct {
     const uint16_t *w;
     const int8_t *q;
     const float *scales;
     size_t out;
 } qgpu_matrix;
-/* qgpu_matmul_bf16_multi over operands of either kind (count <= QGPU_MAX_MULTI). */
-void qgpu_matmul_multi(const qgpu_matrix *ws, size_t count, size_t in, const float *x, size_t n, float *y);
-/* qgpu_matmul_multi with flags for bf16 mode. QGPU_BF16_X: X holds bf16 values only (returns 0, computing
- * nothing, when one is not); at the amx level the bf16 matrices then run on AMX tiles (amx.c; Q8 matrices as
- * without the flag), other levels compute as without it. QGPU_BF16_Y: the results are rounded to bf16
- * (bf16.round_bf16) by the threads that wrote them. scratch: qgpu_bf16x_scratch(n, in) uint16s (used with
- * QGPU_BF16_X). Returns 1 when computed. */
+/* The dense products: Y_j[n, ws[j].out] = X[n, in] . W_j^T for j < count <= QGPU_MAX_MULTI, fp32
+ * accumulation, in one parallel dispatch; the Y_j lie one after another in y, each bit-identical to its own
+ * one-matrix call, and a token's row the same bits for any n (matvec is n = 1). Flags, for bf16 mode:
+ * QGPU_BF16_X, X holds bf16 values only (returns 0, computing nothing, when one is not); at the amx level
+ * the bf16 matrices then run on AMX tiles (amx.c; Q8 matrices as without the flag), other levels compute as
+ * without it. QGPU_BF16_Y: the results are rounded to bf16 (bf16.round_bf16) by the threads that wrote them.
+ * scratch: qgpu_bf16x_scratch(n, in) uint16s with QGPU_BF16_X, else unused (NULL is fine). Returns 1 when
+ * computed. */
 enum { QGPU_BF16_X = 1, QGPU_BF16_Y = 2 };
 size_t qgpu_bf16x_scratch(size_t n, size_t in);
-int qgpu_matmul_multi_ex(const qgpu_matrix *ws, size_t count, size_t in, const float *x, size_t n, float *y,
-                         int flags, uint16_t *scratch);
+int qgpu_matmul_multi(const qgpu_matrix *ws, size_t count, size_t in, const float *x, size_t n, float *y,
+                      int flags, uint16_t *scratch);
 
 /* Y[n, out] = X[n, in] . W^T for a CSR bf16 matrix W [out, in]: row r has values[indptr[r] ..
  * indptr[r+1]) at columns indices[same]. matvec is n = 1. */
@@ -92,7 +83,7 @@ void qgpu_deltanet_step_sparse(float *s, size_t h, size_t dk, size_t dv, const f
 int qgpu_isa_lanes(int level);
 /* y = W x for W stored as its nonzero chunks of `lanes` columns: row r's chunks are ptr[r] .. ptr[r+1],
  * chunk c starts at column cols[c], its weights w[c * lanes ..] (zero-padded past `in`). Bit-identical to
- * qgpu_matvec_bf16 of the dense W at the current SIMD level. w8, when not NULL, holds the same weights as
+ * qgpu_matmul_multi of the dense W (n = 1, no flags) at the current SIMD level. w8, when not NULL, holds the same weights as
  * int8 (every weight an integer in [-128, 127], none -0) and is read instead: the same values, half the
  * bytes. Returns 0 without computing when `lanes` is not that level's or x holds a non-finite value (the
  * dense product is then the one to run), else 1. */

@@ -135,8 +135,8 @@ class CudaProducts:
         w = kernels.check_weight("matmul_bf16", w_bits)
         out, n_in = w.shape
         x = kernels.check_activation("matmul_bf16", "x", x, (None, n_in))
-        if bf16_x and (x.view(np.uint32) & np.uint32(0xFFFF)).any():
-            kernels.not_bf16("matmul_bf16", x)
+        if bf16_x:
+            kernels.check_bf16_values("matmul_bf16", x)
         y = np.empty((x.shape[0], out), np.float32)
         if self.lib.qgpu_cuda_matmul_bf16(self._device_weight(w), out, n_in, self.ffi.from_buffer("float[]", x),
                                           x.shape[0], self.ffi.from_buffer("float[]", y)):

@@ -197,9 +197,9 @@ def _multi(fn: str, ws: Sequence[Weight], x: np.ndarray, bf16_x: bool, bf16_y: b
                 m.w = keep[-1]
             m.out = w.shape[0]
         flags = (lib.QGPU_BF16_X if bf16_x else 0) | (lib.QGPU_BF16_Y if bf16_y else 0)
-        if not lib.qgpu_matmul_multi_ex(matrices, len(group), n_in, _floats(x), n, _floats(buf[offset:]), flags,
-                                        ffi.from_buffer("uint16_t[]", scratch)):
-            not_bf16(fn, x)  # the first group's check: nothing computed yet
+        if not lib.qgpu_matmul_multi(matrices, len(group), n_in, _floats(x), n, _floats(buf[offset:]), flags,
+                                     ffi.from_buffer("uint16_t[]", scratch)):
+            check_bf16_values(fn, x)  # the C check of the first group failed: nothing computed yet
         offset += n * sum(w.shape[0] for w in group)
     return ys
 
@@ -216,9 +216,12 @@ def _scratch(size: int) -> np.ndarray:
     return buf
 
 
-def not_bf16(fn: str, x: np.ndarray) -> None:
-    """The error for bf16_x=True with x holding a float whose low 16 bits are not all zero."""
+def check_bf16_values(fn: str, x: np.ndarray) -> None:
+    """What bf16_x promises: every float of x a bf16 value (its low 16 bits zero); an error naming the first
+    one that is not."""
     low = x.view(np.uint32) & np.uint32(0xFFFF)
+    if not low.any():
+        return
     where = tuple(int(i) for i in np.unravel_index(int(np.flatnonzero(low)[0]), x.shape))
     shown = where[1:] if fn.startswith("matvec") else where  # a matvec's x is the one row of X
     raise KernelInputError(f"{fn}: bf16_x=True, but x{list(shown)} = {float(x[where])!r} is not a bf16 value "
