@@ -152,6 +152,17 @@ def test_text_logits_of_the_merged_model_equal_the_base_exactly(base, built):
     assert np.array_equal(got[:512], want)       # the base vocabulary's logits, bit for bit
     for t in text[3:]:                           # and at every later position, decoding
         assert np.array_equal(m.decode(sm, t)[:512], b.decode(sb, t))
+    # loaded as a built checkpoint, the text skips the GPU's layers (the manifest's silent ids): the same bits
+    skip = merged.load_checkpoint(built, "fp32")
+    assert skip.text_skip.layers == read_manifest(built)["layers"]["gpu"][1] and skip.text_skip.silent[:504].all()
+    ss, sb = skip.new_state(), b.new_state()
+    assert np.array_equal(skip.prefill(ss, text[:3])[:512], b.prefill(sb, text[:3]))
+    for t in text[3:]:
+        assert np.array_equal(skip.decode(ss, t)[:512], b.decode(sb, t))
+    assert ss.deferred == text
+    skip.settle(ss)                              # the GPU's layers, run now, leave what running them then left
+    assert all(np.array_equal(ss.conv[i], sm.conv[i]) and np.array_equal(ss.recurrent[i], sm.recurrent[i])
+               for i in range(skip.text_skip.layers))
 
 
 def test_gpu_tokens_become_special_tokens_that_round_trip(tmp_path):

@@ -94,7 +94,7 @@ def drift_command(base: Path, model_dir: Path, quant: str | None, text_file: Pat
     except (OSError, UnicodeDecodeError) as e:
         raise ModelInputError(f"{text_file}: cannot be read as UTF-8 text ({e})") from None
     say(f"loading {base} and {model_dir} ({mode}{', ' + quant if quant else ''}) ...")
-    b, m = load_model(base, mode), load_checkpoint(model_dir, mode, quant)
+    b, m = load_model(base, mode), load_checkpoint(model_dir, mode, quant, text_skip=False)  # the claim measured
     if b.tokenizer is None:
         raise ModelInputError(f"{base}: no tokenizer.json, so the text cannot be encoded")
     ids = b.tokenizer.encode(text)[:limit]

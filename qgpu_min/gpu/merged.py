@@ -294,7 +294,9 @@ class MergedGpu:
     def model(self, mode: str = "fp32") -> Model:
         if mode not in self.models:
             from ..model.forward import load_model
-            self.models[mode] = load_model(self.path, mode, quant=self.quant, keep_layers=self.layers)
+            model = load_model(self.path, mode, quant=self.quant, keep_layers=self.layers)
+            skip_gpu_layers_on_text(model, self.path)
+            self.models[mode] = model
         return self.models[mode]
 
     @property
@@ -355,12 +357,46 @@ def load_merged(model_dir: str | Path, spec: GpuSpec = GpuSpec(), quant: str | N
 
 
 def load_checkpoint(model_dir: str | Path, mode: str = "fp32", quant: str | None = None,
-                    progress: Callable[[int, int], None] | None = None) -> Model:
+                    progress: Callable[[int, int], None] | None = None, text_skip: bool = True) -> Model:
     """forward.load_model for any checkpoint; quantizing one built by `qgpu-min build` keeps its GPU's layers
-    exact (its manifest names them)."""
+    exact (its manifest names them), and its text tokens skip the GPU's layers where the build claimed them
+    silent (skip_gpu_layers_on_text; text_skip=False runs every layer, as `drift` must to measure the claim)."""
     from ..model.forward import load_model
-    return load_model(model_dir, mode, quant=quant, keep_layers=gpu_layers(model_dir) if quant else (),
-                      progress=progress)
+    model = load_model(model_dir, mode, quant=quant, keep_layers=gpu_layers(model_dir) if quant else (),
+                       progress=progress)
+    if text_skip:
+        skip_gpu_layers_on_text(model, model_dir)
+    return model
+
+
+def skip_gpu_layers_on_text(model: Model, model_dir: str | Path) -> None:
+    """Let the text tokens a built checkpoint's manifest claims silent skip its GPU's layers (Model's
+    skip_gpu_layers_on_text; bit for bit, model/text_skip.py); nothing for another checkpoint."""
+    if (Path(model_dir) / MANIFEST).is_file():
+        layers = gpu_layers(model_dir)
+        model.skip_gpu_layers_on_text(layers.stop, manifest_silent_ids(read_manifest(model_dir), Path(model_dir)))
+
+
+def manifest_silent_ids(manifest: dict, model_dir: Path) -> np.ndarray:
+    """The text token ids the build claims silent in every GPU layer: the base vocabulary's, less the rows it
+    did not check and the leaky ones; none when the manifest's highest text pre-activation is not <= -90."""
+    where = model_dir / MANIFEST
+    try:
+        gate, base_vocab = manifest["text_gate"], manifest["tokens"]["base_vocab"]
+        unchecked, top = gate["unchecked_ids"], gate["max_text_pre_activation"]
+    except (KeyError, TypeError) as e:
+        raise CheckpointError(f"{where}: not a valid build manifest ({type(e).__name__}: {e})") from None
+    if type(base_vocab) is not int or not isinstance(top, (int, float)) or not isinstance(unchecked, list) \
+            or not all(type(i) is int for i in unchecked):
+        raise CheckpointError(f"{where}: not a valid build manifest (tokens.base_vocab, text_gate.unchecked_ids or "
+                              f"text_gate.max_text_pre_activation has the wrong type)")
+    if not top <= -90:
+        return np.zeros(0, np.int64)
+    silent = np.ones(base_vocab, bool)
+    for ids in (unchecked, manifest_leaky_ids(manifest, model_dir)):
+        ids = np.asarray(ids, np.int64)
+        silent[ids[(ids >= 0) & (ids < base_vocab)]] = False
+    return np.flatnonzero(silent)
 
 
 def gpu_layers(model_dir: str | Path) -> range:

@@ -39,8 +39,9 @@ import numpy as np
 from . import kernels
 from .bf16 import bf16_to_f32, round_bf16
 from .config import TextConfig, load_config, parse_config
-from .errors import ModelInputError
+from .errors import CheckpointError, ModelInputError
 from .modes import DEVICES, MODES
+from .text_skip import TextSkip, rows_pass_unchanged, state_allows, text_skip
 from .weights import Weights, check_quant, load_weights, quantize_weights, weights_from_arrays
 
 if TYPE_CHECKING:  # the tokenizers library is imported only when a tokenizer is loaded
@@ -96,7 +97,9 @@ class State:
     recurrent/conv arrays itself must drop the layer from both. zero: DeltaNet layers whose recurrent and
     conv state are known to be +0 everywhere (new states); clean[layer]: int32 [H], 1 where that head's S is
     known finite with no -0 (kernels.deltanet_step_sparse keeps it up to date). binding: C pointers to these
-    arrays for Model's one-call decode, rebuilt when an array is not the one it points into (None in a copy)."""
+    arrays for Model's one-call decode, rebuilt when an array is not the one it points into (None in a copy).
+    deferred: ids of text tokens that skipped a built checkpoint's GPU layers (model/text_skip.py) and still
+    owe them their run: those layers' arrays do not include them yet (Model.settle runs them)."""
     recurrent: dict[int, np.ndarray]
     conv: dict[int, np.ndarray]
     keys: dict[int, np.ndarray] = field(default_factory=dict)
@@ -105,6 +108,7 @@ class State:
     zero: set[int] = field(default_factory=set)
     clean: dict[int, np.ndarray] = field(default_factory=dict)
     binding: kernels.DecodeBinding | None = field(default=None, repr=False, compare=False)
+    deferred: list[int] = field(default_factory=list)
 
 
 class Model:
@@ -127,6 +131,7 @@ class Model:
         rot = config.rotary_dim
         self._inv_freq = (np.float32(1) / np.power(np.float32(config.rope_theta),
                                                    np.arange(0, rot, 2, dtype=np.float32) / np.float32(rot)))
+        self.text_skip: TextSkip | None = None     # set by skip_gpu_layers_on_text
         self._subset_cache: tuple | None = None    # ((ids' bytes, lanes), their head rows, sparse_chunks of them)
         self._head_chunks: dict[int, kernels.ChunkedBF16 | None] = {}  # SIMD lanes -> chunked LM head
         self.silent_mixers = frozenset(i for i, kind in enumerate(config.layer_types)
@@ -185,17 +190,27 @@ class Model:
         """Run the tokens through every layer, advancing `state`; returns the final-norm output f32
         (T, hidden), what the LM head sees. A list passed as layer_outputs receives the residual stream
         f32 (T, hidden) after each layer, in layer order."""
-        return self._hidden([state], self.embed(token_ids), layer_outputs)
+        ids = self._check_ids(token_ids)
+        return self._hidden([state], self.embed(ids), ids, layer_outputs)
 
-    def _hidden(self, states: Sequence[State], h: np.ndarray, layer_outputs: list | None = None) -> np.ndarray:
-        """h (T, hidden) through every layer and the final norm: the T tokens of one sequence, or one token of
-        each of T sequences (decode_batch); each state advances by its tokens."""
-        if len(states) == 1 and h.shape[0] == 1 and self._decode_layers is not None and layer_outputs is None:
+    def _hidden(self, states: Sequence[State], h: np.ndarray, ids: np.ndarray,
+                layer_outputs: list | None = None) -> np.ndarray:
+        """h (T, hidden), the embeddings of ids, through every layer and the final norm: the T tokens of one
+        sequence, or one token of each of T sequences (decode_batch); each state advances by its tokens."""
+        first = self._skipped_layers(states, h, ids) if layer_outputs is None else 0
+        if first:          # text tokens past a built checkpoint's GPU: run there later (Model.settle)
+            for state, rows in self._per_state(states, h.shape[0]):
+                state.deferred.extend(ids[rows].tolist())
+        else:
+            for state in states:
+                self.settle(state)
+        if not first and len(states) == 1 and h.shape[0] == 1 and self._decode_layers is not None \
+                and layer_outputs is None:
             h = self._decode_all(states[0], h)
         else:
             with np.errstate(over="ignore"):  # exp overflowing to inf is how sigmoid/silu reach exactly 0
-                for i, kind in enumerate(self.config.layer_types):
-                    h = self._layer(states, i, kind, h)
+                for i in range(first, len(self.config.layer_types)):
+                    h = self._layer(states, i, self.config.layer_types[i], h)
                     if layer_outputs is not None:
                         layer_outputs.append(h)
         for state, rows in self._per_state(states, h.shape[0]):
@@ -232,10 +247,43 @@ class Model:
         if len({id(s) for s in states}) != len(states):
             raise ModelInputError("decode_batch: the same state appears twice (each sequence needs its own)")
         head = self._head(token_subset)
-        hidden = self._hidden(states, self.embed(ids))
+        hidden = self._hidden(states, self.embed(ids), ids)
         if len(states) == 1:    # decode's own head product (chunk-sparse for a circuit's head)
             return self._apply_head(head, hidden[0])[None]
         return self._apply_head(head, hidden)
+
+    def skip_gpu_layers_on_text(self, layers: int, silent_ids: TokenIds) -> None:
+        """Let the tokens of silent_ids skip layers 0..layers-1, a built checkpoint's GPU, where that is bit for
+        bit what running them gives (model/text_skip.py); the skipped work runs later, when a token that
+        cannot skip comes or settle() is called. Only for ids the build claimed silent (its manifest says)."""
+        self.text_skip = text_skip(self.config.layer_types, self.config.vocab_size, layers, silent_ids)
+
+    def settle(self, state: State) -> None:
+        """Run the state's deferred text tokens through the GPU layers they skipped, so its arrays are what
+        running every token everywhere gives; checks that their residual passed through unchanged, as the
+        skip assumed (a checkpoint whose GPU is not silent on them, despite its manifest, is an error)."""
+        if not state.deferred:
+            return
+        ids = np.asarray(state.deferred, np.int64)
+        state.deferred = []
+        h0 = self.embed(ids)
+        h = h0
+        with np.errstate(over="ignore"):
+            for i in range(self.text_skip.layers):
+                h = self._layer([state], i, "linear_attention", h)
+        changed = np.flatnonzero((h.view(np.uint32) != h0.view(np.uint32)).any(axis=1))
+        if changed.size:
+            raise CheckpointError(f"text token {int(ids[changed[0]])} changed the residual in the GPU's layers, "
+                                  "although the build claimed it silent: the skip of those layers was not exact "
+                                  "(rebuild the checkpoint, or load it without the text skip)")
+
+    def _skipped_layers(self, states: Sequence[State], h: np.ndarray, ids: np.ndarray) -> int:
+        """How many leading layers these tokens skip: the built GPU's, when every token and state allows it
+        (model/text_skip.py), else 0."""
+        skip = self.text_skip
+        if skip is None or not skip.silent[ids].all() or not rows_pass_unchanged(h):
+            return 0
+        return skip.layers if all(state_allows(state, skip.layers) for state in states) else 0
 
     def chunked_head(self) -> kernels.ChunkedBF16 | None:
         """The full LM head as its nonzero chunks at the current SIMD level's width, when at most
