@@ -357,13 +357,14 @@ def load_merged(model_dir: str | Path, spec: GpuSpec = GpuSpec(), quant: str | N
 
 
 def load_checkpoint(model_dir: str | Path, mode: str = "fp32", quant: str | None = None,
-                    progress: Callable[[int, int], None] | None = None, text_skip: bool = True) -> Model:
+                    progress: Callable[[int, int], None] | None = None, text_skip: bool = True,
+                    device: str = "cpu") -> Model:
     """forward.load_model for any checkpoint; quantizing one built by `qgpu-min build` keeps its GPU's layers
     exact (its manifest names them), and its text tokens skip the GPU's layers where the build claimed them
     silent (skip_gpu_layers_on_text; text_skip=False runs every layer, as `drift` must to measure the claim)."""
     from ..model.forward import load_model
     model = load_model(model_dir, mode, quant=quant, keep_layers=gpu_layers(model_dir) if quant else (),
-                       progress=progress)
+                       progress=progress, device=device)
     if text_skip:
         skip_gpu_layers_on_text(model, model_dir)
     return model

@@ -36,13 +36,13 @@ def generate_command(model_dir: str, prompts: tuple[str, ...], max_new_tokens: i
                      mode: str, quant: str | None, device: str, as_json: bool) -> None:
     """Generate text for PROMPT (a user message, or raw text with --raw). Several prompts are generated
     together (one pass over the weights per step for all of them); each answer is the one it gets alone."""
-    from .forward import load_model      # here, so that other commands' start does not load the model
+    from ..gpu.merged import load_checkpoint  # here, so that other commands' start does not load the model
     from .generate import Sampling, default_sampling, generate_ids, generate_many, prompt_ids, result, stream_text
 
     try:
         if quant and device != "cpu":
             raise click.UsageError("--quant runs on the CPU only; leave out --device cuda or --quant")
-        model = load_quantized(model_dir, mode, quant) if quant else load_model(model_dir, mode=mode, device=device)
+        model = load_quantized(model_dir, mode, quant) if quant else load_checkpoint(model_dir, mode, device=device)
         d = default_sampling(model)
         sampling = Sampling(greedy=greedy, seed=seed,
                             temperature=d["temperature"] if temperature is None else temperature,
