@@ -1,6 +1,8 @@
 /* Gated DeltaNet pieces for one token or a run of t (reference §3.2 steps 2 and 7): the causal depthwise
  * conv update and the gated delta rule over all heads. Plain C; the inner loops run along contiguous dv / channel rows
- * with independent lanes, so compilers vectorize them without reordering any sum. */
+ * with independent lanes, so compilers vectorize them without reordering any sum. The delta rule's per-head
+ * code is compiled three times (plain, AVX2, AVX-512, chosen at run time like the dense products): wider
+ * vectors over those independent lanes, the same IEEE operations (no contraction), so the same bits. */
 #include <math.h>
 #include <string.h>
 
@@ -47,8 +49,17 @@ void qgpu_conv_prefill(float *state, size_t c, size_t k, size_t t, const float *
     for (size_t i = 0; i < t; i++) qgpu_conv_update(state, c, k, x + i * c, w, y + i * c);
 }
 
+/* Inlined into each ISA build of delta_heads below, so each is compiled for that build's vectors. */
+#define HEAD_CODE static inline __attribute__((always_inline))
+
+static inline uint32_t bits_of(float x) {
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    return b;
+}
+
 /* One head, one token (decay, write, read), in the reference's order. */
-static void delta_head(float *S, size_t dk, size_t dv, const float *q, const float *k, const float *v,
+HEAD_CODE void delta_head(float *S, size_t dk, size_t dv, const float *q, const float *k, const float *v,
                        float g, float beta, float *o) {
     float kv[QGPU_MAX_DV], delta[QGPU_MAX_DV];
     const float decay = qgpu_expf(g);
@@ -87,19 +98,23 @@ static void delta_head(float *S, size_t dk, size_t dv, const float *q, const flo
  * dense delta_head; its state is scanned when a later token could take the sparse path and at the end, so
  * the flags returned always equal a scan of the final state. Prefill runs every token this way. */
 
-static int is_clean(const float *p, size_t n) {
-    int ok = 1;
-    for (size_t i = 0; i < n; i++) ok &= isfinite(p[i]) && !(p[i] == 0.0f && signbit(p[i]));
-    return ok;
+/* On the bits, branch-free, so the scans vectorize: finite = exponent not all ones; -0 = 0x80000000. */
+HEAD_CODE int is_clean(const float *p, size_t n) {
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b = bits_of(p[i]);
+        bad |= ((b & 0x7F800000u) == 0x7F800000u) | (b == 0x80000000u);
+    }
+    return !bad;
 }
 
-static int all_finite(const float *p, size_t n) {
-    int ok = 1;
-    for (size_t i = 0; i < n; i++) ok &= isfinite(p[i]) != 0;
-    return ok;
+HEAD_CODE int all_finite(const float *p, size_t n) {
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad |= (bits_of(p[i]) & 0x7F800000u) == 0x7F800000u;
+    return !bad;
 }
 
-static int sparse_head(float *S, size_t dk, size_t dv, const float *q, const float *k, const float *v,
+HEAD_CODE int sparse_head(float *S, size_t dk, size_t dv, const float *q, const float *k, const float *v,
                        float g, float beta, float *o) {
     float kv[QGPU_MAX_DV], delta[QGPU_MAX_DV];
     if (qgpu_expf(g) != 1.0f || !isfinite(beta) || !all_finite(q, dk) || !all_finite(k, dk) || !all_finite(v, dv))
@@ -137,7 +152,7 @@ static int sparse_head(float *S, size_t dk, size_t dv, const float *q, const flo
 /* One head, one token: the sparse path where it is exact, else the dense one. *clean: 1 known clean, else
  * unknown (the state is scanned only when this token could take the sparse path); on return 1 or 0 when
  * known, -1 after a dense step (scan it to know). */
-static void head_step(float *S, size_t dk, size_t dv, const float *q, const float *k, const float *v, float g,
+HEAD_CODE void head_step(float *S, size_t dk, size_t dv, const float *q, const float *k, const float *v, float g,
                       float beta, float *o, int32_t *clean) {
     if (*clean != 1 && qgpu_expf(g) == 1.0f) *clean = is_clean(S, dk * dv);
     int r = *clean == 1 ? sparse_head(S, dk, dv, q, k, v, g, beta, o) : -1;
@@ -155,18 +170,34 @@ typedef struct {
 
 /* Heads are independent, so a thread takes whole heads and runs all T tokens through each: one dispatch
  * per prefill, and a head's state stays in cache across its tokens. */
+#define DELTA_HEADS(attr, name)                                                                          \
+    attr static void name(const delta_args *a, size_t h0, size_t h1) {                                   \
+        const size_t h = a->h, dk = a->dk, dv = a->dv;                                                   \
+        for (size_t hh = h0; hh < h1; hh++) {                                                            \
+            float *S = a->s + hh * dk * dv;                                                              \
+            for (size_t i = 0; i < a->t; i++) {                                                          \
+                size_t th = i * h + hh; /* token i, head hh */                                           \
+                head_step(S, dk, dv, a->q + th * dk, a->k + th * dk, a->v + th * dv, a->g[th],           \
+                          a->beta[th], a->o + th * dv, a->clean + hh);                                   \
+            }                                                                                            \
+            if (a->clean[hh] < 0) a->clean[hh] = is_clean(S, dk * dv);                                   \
+        }                                                                                                \
+    }
+
+DELTA_HEADS(, delta_heads_plain)
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+DELTA_HEADS(__attribute__((target("avx2"))), delta_heads_avx2)
+DELTA_HEADS(__attribute__((target("avx512f"))), delta_heads_avx512)
+#endif
+
 static void delta_heads(void *ctx, size_t h0, size_t h1) {
     const delta_args *a = (const delta_args *)ctx;
-    const size_t h = a->h, dk = a->dk, dv = a->dv;
-    for (size_t hh = h0; hh < h1; hh++) {
-        float *S = a->s + hh * dk * dv;
-        for (size_t i = 0; i < a->t; i++) {
-            size_t th = i * h + hh; /* token i, head hh */
-            head_step(S, dk, dv, a->q + th * dk, a->k + th * dk, a->v + th * dv, a->g[th], a->beta[th],
-                      a->o + th * dv, a->clean + hh);
-        }
-        if (a->clean[hh] < 0) a->clean[hh] = is_clean(S, dk * dv);
-    }
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    int level = qgpu_get_isa();
+    (level >= 2 ? delta_heads_avx512 : level == 1 ? delta_heads_avx2 : delta_heads_plain)(a, h0, h1);
+#else
+    delta_heads_plain(a, h0, h1);
+#endif
 }
 
 void qgpu_deltanet_prefill(float *s, size_t h, size_t dk, size_t dv, size_t t, const float *q, const float *k,
@@ -181,9 +212,12 @@ void qgpu_deltanet_step(float *s, size_t h, size_t dk, size_t dv, const float *q
         delta_head(s + hh * dk * dv, dk, dv, q + hh * dk, k + hh * dk, v + hh * dv, g[hh], beta[hh], o + hh * dv);
 }
 
-/* One token on this thread: the sparse heads take about a microsecond, less than waking a helper costs. */
+/* One token. The sparse heads take about a microsecond, less than waking a helper costs, so only the heads
+ * that will take the dense path (not known clean, or decay != 1: a trained layer's) count as work. */
 void qgpu_deltanet_step_sparse(float *s, size_t h, size_t dk, size_t dv, const float *q, const float *k,
                                const float *v, const float *g, const float *beta, float *o, int32_t *clean) {
     delta_args a = {s, h, dk, dv, 1, q, k, v, g, beta, o, clean};
-    delta_heads(&a, 0, h);
+    size_t dense = 0;
+    for (size_t hh = 0; hh < h; hh++) dense += clean[hh] != 1 || qgpu_expf(g[hh]) != 1.0f;
+    qgpu_parallel_for(h, 1, dense * dk * dv * 4, delta_heads, &a);
 }

@@ -3,6 +3,7 @@ NumPy reference: same bits in S and o, and the clean flags equal a scan of the f
 import numpy as np
 import pytest
 
+from ccore_fixtures import isa, threads  # noqa: F401  (pytest fixtures: each SIMD level, 1 and 2 threads)
 from qgpu_min.model import kernels as K
 from qgpu_min.model import kernels_ref as R
 
@@ -108,3 +109,29 @@ def test_prefill_takes_the_sparse_path_with_the_same_bits_and_flags(known_clean)
     assert np.array_equal(clean, R.state_clean(S))
     with pytest.raises(K.KernelInputError, match="clean must be"):
         K.deltanet_prefill(S, q, k, v, g, beta, np.zeros(3, np.int32))
+
+
+def test_every_simd_level_and_thread_count_gives_the_generic_bits(isa, threads):
+    """A trained layer's step (dense keys, decay < 1: every head dense, split over the threads) and a
+    circuit's (one-hot keys, decay 1: sparse heads), as step and as prefill, against the generic build."""
+    rng = np.random.default_rng(5)
+    h, dk, dv, t = 16, 128, 128, 3
+    S0 = (rng.standard_normal((h, dk, dv)) * 0.1).astype(np.float32)
+    q, k = rng.standard_normal((2, t, h, dk)).astype(np.float32)
+    v = rng.standard_normal((t, h, dv)).astype(np.float32)
+    g, beta = (-rng.random((t, h))).astype(np.float32), rng.random((t, h)).astype(np.float32)
+    sparse = _case(rng, h=h, dk=dk, dv=dv, hot=2, qhot=2)
+
+    def run():
+        S, clean = S0.copy(), np.zeros(h, np.int32)
+        out = [K.deltanet_step_sparse(S, q[0], k[0], v[0], g[0], beta[0], clean), S.copy(), clean.copy()]
+        out += [K.deltanet_prefill(S, q[1:], k[1:], v[1:], g[1:], beta[1:], clean), S, clean]
+        S2, clean2 = sparse[0].copy(), R.state_clean(sparse[0])
+        out += [K.deltanet_step_sparse(S2, *sparse[1:], clean2), S2, clean2]
+        return out
+
+    got = run()
+    K.set_isa("generic")
+    want = run()
+    assert all(np.array_equal(_bits(a), _bits(b)) for a, b in zip(got, want))
+    assert got[5].tolist() == R.state_clean(got[4]).tolist()
