@@ -6,3 +6,17 @@ import os
 # The bit-for-bit cross-check of our bf16 mode (tests/test_crosscheck_transformers.py) is against torch's
 # AVX-512/AVX2 path; capping oneDNN there makes the reference the same on every machine.
 os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def demo_built(tmp_path_factory):
+    """The RAM/ALU demo circuit compiled in front of a synthetic base with Qwen3.5-2B shapes (two base layers,
+    one of them full attention; 512 text tokens): built once for every test module that runs it."""
+    from qgpu_min.circuit import demos
+    from qgpu_min.model.synthetic import write_synthetic_checkpoint
+    root = tmp_path_factory.mktemp("circuit_demo")
+    base = write_synthetic_checkpoint(root / "base", "2b", layer_types=["linear_attention", "full_attention"],
+                                      vocab_size=512)
+    return base, demos.build_demo(base, root / "merged")

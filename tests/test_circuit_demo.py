@@ -8,18 +8,14 @@ import pytest
 
 from qgpu_min.circuit import demos
 from qgpu_min.model.forward import load_model
-from qgpu_min.model.synthetic import write_synthetic_checkpoint
 
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
 MASK = 0xFFFFFFFF
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    root = tmp_path_factory.mktemp("circuit_demo")
-    base = write_synthetic_checkpoint(root / "base", "2b", layer_types=["linear_attention", "full_attention"],
-                                      vocab_size=512)
-    return base, demos.build_demo(base, root / "merged")
+def built(demo_built):
+    return demo_built   # conftest.py: shared with tests/test_text_skip.py
 
 
 @pytest.fixture(scope="module", params=["fp32", "bf16"])

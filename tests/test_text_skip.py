@@ -8,7 +8,6 @@ from qgpu_min.circuit import demos
 from qgpu_min.gpu.merged import manifest_silent_ids
 from qgpu_min.model.errors import CheckpointError, ModelInputError
 from qgpu_min.model.forward import load_model
-from qgpu_min.model.synthetic import write_synthetic_checkpoint
 from qgpu_min.model.text_skip import rows_pass_unchanged, text_skip
 
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
@@ -16,11 +15,8 @@ TEXT_VOCAB = 512
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    root = tmp_path_factory.mktemp("text_skip")
-    base = write_synthetic_checkpoint(root / "base", "2b", layer_types=["linear_attention", "full_attention"],
-                                      vocab_size=TEXT_VOCAB)
-    return demos.build_demo(base, root / "merged")
+def built(demo_built):
+    return demo_built[1]   # conftest.py: the demo circuit in front of a base of TEXT_VOCAB text tokens
 
 
 @pytest.fixture(scope="module", params=["fp32", "bf16"])
@@ -59,7 +55,7 @@ def test_text_then_a_launch_gives_the_same_bits_with_and_without_the_skip(built,
 
 
 def test_memory_written_before_text_is_read_after_it(built, pair):
-    full, skip = pair
+    skip = pair[1]
     states = []
     for m in pair:
         st = m.new_state()
