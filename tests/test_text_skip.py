@@ -72,6 +72,20 @@ def test_memory_written_before_text_is_read_after_it(built, pair):
     assert nxt[0] == nxt[1] and built.tokens.names[nxt[0] - built.base_vocab] == "OUT0_205"
 
 
+def test_settling_in_blocks_gives_the_bits_of_one_batch(built, pair, monkeypatch):
+    from qgpu_min.model import forward
+    skip = pair[1]
+    text = np.random.default_rng(3).integers(0, TEXT_VOCAB, 23).tolist()
+    states = []
+    for block in (256, 5):
+        monkeypatch.setattr(forward, "SETTLE_BLOCK", block)
+        st = skip.new_state()
+        skip.prefill(st, text)
+        skip.settle(st)
+        states.append(st)
+    assert _same_state(*states, range(built.n_layers))
+
+
 def test_decode_batch_skips_only_when_every_token_can(built, pair):
     full, skip = pair
     circuit = _ids(built, ["BEGIN"])[0]

@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # the tokenizers library is imported only when a tokenizer is
 TokenIds = Sequence[int] | np.ndarray  # 1-D, checked by Model._check_ids
 
 ATTENTION_BLOCK = 256  # prefill queries attended at a time
+SETTLE_BLOCK = 256     # deferred text tokens run through a built GPU's layers at a time (Model.settle)
 F32_VECTORS = ("A_log", "gdn_norm")  # stored F32 in the published checkpoint
 # An LM head with at most this fraction of nonzero SIMD chunks is multiplied chunk-sparse (Model.chunked_head):
 # a circuit model's embedding has ~16% (20 of 128 chunks of 16 per row); a trained one ~100%.
@@ -266,16 +267,18 @@ class Model:
             return
         ids = np.asarray(state.deferred, np.int64)
         state.deferred = []
-        h0 = self.embed(ids)
-        h = h0
-        with np.errstate(over="ignore"):
-            for i in range(self.text_skip.layers):
-                h = self._layer([state], i, "linear_attention", h)
-        changed = np.flatnonzero((h.view(np.uint32) != h0.view(np.uint32)).any(axis=1))
-        if changed.size:
-            raise CheckpointError(f"text token {int(ids[changed[0]])} changed the residual in the GPU's layers, "
-                                  "although the build claimed it silent: the skip of those layers was not exact "
-                                  "(rebuild the checkpoint, or load it without the text skip)")
+        for start in range(0, ids.size, SETTLE_BLOCK):   # prefill in blocks: the same bits as one batch
+            block = ids[start:start + SETTLE_BLOCK]
+            h0 = self.embed(block)
+            h = h0
+            with np.errstate(over="ignore"):
+                for i in range(self.text_skip.layers):
+                    h = self._layer([state], i, "linear_attention", h)
+            changed = np.flatnonzero((h.view(np.uint32) != h0.view(np.uint32)).any(axis=1))
+            if changed.size:
+                raise CheckpointError(f"text token {int(block[changed[0]])} changed the residual in the GPU's "
+                                      "layers, although the build claimed it silent: the skip of those layers was "
+                                      "not exact (rebuild the checkpoint, or load it without the text skip)")
 
     def _skipped_layers(self, states: Sequence[State], h: np.ndarray, ids: np.ndarray) -> int:
         """How many leading layers these tokens skip: the built GPU's, when every token and state allows it
