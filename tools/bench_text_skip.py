@@ -3,11 +3,12 @@
 
     python tools/bench_text_skip.py MERGED [--mode fp32|bf16] [--rounds 3] [--prompt-len 64] [--decode 16]
 
-One process, one loaded model; each round times a prefill of the same text prompt and decode steps of the
-same text tokens (drawn from the ids the build claims silent) once with the skip and once running every
-layer, in alternating order, and checks that both give the same logits bit for bit. Prints each side's best
-round and the ratios. With --base DIR, the base checkpoint the GPU was built on is timed too (what the skip
-can at most reach: the same text without the GPU's layers).
+One process, one loaded model; each round prefills the same text prompt (ids the build claims silent) on a
+new state with the skip and running every layer, in alternating order, then decodes the same text tokens on
+both states taking turns token by token (so both sides see the same machine load), and checks that both give
+the same logits bit for bit. Prints the best prefill, the decode medians and the median of the per-token
+ratios. With --base DIR, the base checkpoint the GPU was built on is timed once at the end (what the skip can
+at most reach: the same text without the GPU's layers).
 """
 from __future__ import annotations
 
@@ -21,16 +22,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def run_text(model, prompt: list[int], tokens: list[int]) -> tuple[float, float, np.ndarray]:
-    """(prefill s, decode s per token, the last logits) for prompt then tokens, on a new state."""
-    state = model.new_state()
+def timed(fn) -> float:
     t = time.perf_counter()
-    model.prefill(state, prompt)
-    prefill_s = time.perf_counter() - t
-    t = time.perf_counter()
-    for tok in tokens:
-        logits = model.decode(state, tok)
-    return prefill_s, (time.perf_counter() - t) / len(tokens), logits
+    fn()
+    return time.perf_counter() - t
 
 
 def main() -> int:
@@ -56,42 +51,47 @@ def main() -> int:
     rng = np.random.default_rng(args.seed)
     prompt = rng.choice(silent, args.prompt_len).tolist()
     tokens = rng.choice(silent, args.decode).tolist()
-    sides = {"skip": rule, "every layer": None}
     base = load_model(args.base, args.mode) if args.base else None
+    sides = {"skip": rule, "every layer": None}
     print(f"{args.model}: {rule.layers} GPU layers of {len(model.config.layer_types)}, {silent.size} silent ids; "
           f"{args.mode}, prompt {args.prompt_len}, decode {args.decode}, {args.rounds} rounds", file=sys.stderr)
-    model.text_skip = None
-    run_text(model, prompt[:4], tokens[:2])         # page the weights in, both paths
-    model.text_skip = rule
-    run_text(model, prompt[:4], tokens[:2])
-    results: dict[str, list] = {name: [] for name in [*sides, *(["base"] if base else [])]}
+    prefill = {n: [] for n in sides}
+    decode = {n: [] for n in sides}
+    states = {}
     for r in range(args.rounds):
+        # prefill: each side on a new state, in alternating order; decode: the sides take turns token by
+        # token (the order alternating too), so both see the same machine load
         order = list(sides) if r % 2 == 0 else list(sides)[::-1]
-        logits = {}
         for name in order:
             model.text_skip = sides[name]
-            *times, logits[name] = run_text(model, prompt, tokens)
-            results[name].append(times)
+            states[name] = model.new_state()
+            prefill[name].append(timed(lambda st=states[name]: model.prefill(st, prompt)))
+        logits = {}
+        for i, tok in enumerate(tokens):
+            for name in (order if i % 2 == 0 else order[::-1]):
+                model.text_skip = sides[name]
+                t = time.perf_counter()
+                logits[name] = model.decode(states[name], tok)
+                decode[name].append(time.perf_counter() - t)
         if not np.array_equal(logits["skip"], logits["every layer"]):
             print("the skip changed the logits: not exact", file=sys.stderr)
             return 1
-        if base is not None:
-            *times, want = run_text(base, prompt, tokens)
-            results["base"].append(times)
-            if not np.array_equal(logits["skip"][:want.shape[0]], want):
-                print("the base's logits differ from the merged model's", file=sys.stderr)
-                return 1
-        print(f"  round {r + 1}: " + ", ".join(f"{n} prefill {len(prompt) / t[0]:.1f} decode {1 / t[1]:.2f} tok/s"
-                                             for n, t in ((n, results[n][-1]) for n in results)), file=sys.stderr)
-    best = {n: (len(prompt) / min(t[0] for t in ts), 1 / min(t[1] for t in ts)) for n, ts in results.items()}
-    print(f"{'':14} {'prefill tok/s':>14} {'decode tok/s':>13}   (best of {args.rounds}; logits equal bit for bit)")
-    for n, (p, d) in best.items():
-        print(f"{n:14} {p:14.1f} {d:13.2f}")
-    s, e = best["skip"], best["every layer"]
-    print(f"skip / every layer: prefill {s[0] / e[0]:.2f}x, decode {s[1] / e[1]:.2f}x")
+        print(f"  round {r + 1}: " + ", ".join(f"{n} prefill {len(prompt) / prefill[n][-1]:.1f} tok/s, decode median "
+                                             f"{1e3 * np.median(decode[n][-len(tokens):]):.0f} ms" for n in sides),
+              file=sys.stderr)
+    model.text_skip = rule
+    print(f"{'':12} {'prefill tok/s (best)':>21} {'decode ms/token (median, best)':>31}   "
+          f"({args.rounds} rounds; logits equal bit for bit)")
+    for n in sides:
+        print(f"{n:12} {len(prompt) / min(prefill[n]):21.1f} {1e3 * np.median(decode[n]):22.1f} {1e3 * min(decode[n]):8.1f}")
+    pairs = np.array(decode["every layer"]) / np.array(decode["skip"])
+    print(f"skip vs every layer: prefill {min(prefill['every layer']) / min(prefill['skip']):.2f}x (best rounds), "
+          f"decode {np.median(pairs):.3f}x (median of {pairs.size} token pairs; skip faster in {int((pairs > 1).sum())})")
     if base is not None:
-        b = best["base"]
-        print(f"skip / base: prefill {s[0] / b[0]:.2f}x, decode {s[1] / b[1]:.2f}x")
+        state = base.new_state()
+        tb = timed(lambda: base.prefill(state, prompt))
+        td = [timed(lambda t=t: base.decode(state, t)) for t in tokens]
+        print(f"base (after): prefill {len(prompt) / tb:.1f} tok/s, decode median {1e3 * np.median(td):.1f} ms")
     return 0
 
 
