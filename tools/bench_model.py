@@ -11,6 +11,9 @@ One run measures, each in its own process (so peak RSS is each side's own):
   ours: prefill tokens/s, decode tokens/s, and the machine's memory-copy bandwidth (NumPy copy, counted
         as bytes read + written, best of single- and multi-threaded); the floor is the weight bytes a
         decoded token reads (every layer matrix, the norms, the LM head, the embedding row) / bandwidth.
+        Also the rate of reading alone (a NumPy max over the buffer), which is all decode does with weights,
+        and the read floor it gives (higher than the copy floor where reads alone cannot use the bandwidth
+        a copy's reads and writes together do).
   ours int8 (--int8): the same with the checkpoint quantized at load (--quant int8); its floor is its own
         (Q8 bytes). With --rounds R the ours workers alternate R times; the table shows each one's best round.
   ours bf16 mode (--bf16-mode): the same in bf16 mode, which rounds activations to bf16 as torch's bf16
@@ -44,7 +47,8 @@ GB = 1e9
 # ---- measurements (run inside the worker processes) ---------------------------------------------------------
 
 class CopyBench:
-    """Memory-copy bandwidth in bytes/s (read + written), best of one thread and all cores."""
+    """Memory-copy bandwidth in bytes/s (read + written), best of one thread and all cores; and the rate of
+    reading alone (a vectorized NumPy max over the same buffer: what decode does with weights), likewise."""
 
     def __init__(self, nbytes: int) -> None:
         self.nbytes = nbytes
@@ -54,19 +58,24 @@ class CopyBench:
         bounds = np.linspace(0, len(self.src), self.threads + 1).astype(np.int64)
         self.parts = [(self.dst[a:b], self.src[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
 
-    def _best(self, run, repeats: int) -> float:
+    def _best(self, run, repeats: int, bytes_moved: int) -> float:
         times = []
         for _ in range(repeats):
             t = time.perf_counter()
             run()
             times.append(time.perf_counter() - t)
-        return 2 * self.nbytes / min(times)
+        return bytes_moved / min(times)
 
     def measure(self, repeats: int) -> dict[str, float]:
-        single = self._best(lambda: np.copyto(self.dst, self.src), repeats)
-        with ThreadPoolExecutor(self.threads) as pool:  # NumPy drops the GIL while copying
-            multi = self._best(lambda: list(pool.map(lambda p: np.copyto(*p), self.parts)), repeats)
-        return {"single": single, "multi": multi, "best": max(single, multi)}
+        copied, read = 2 * self.nbytes, self.nbytes
+        single = self._best(lambda: np.copyto(self.dst, self.src), repeats, copied)
+        read_single = self._best(lambda: self.src.view(np.uint32).max(), repeats, read)
+        with ThreadPoolExecutor(self.threads) as pool:  # NumPy drops the GIL while copying and reducing
+            multi = self._best(lambda: list(pool.map(lambda p: np.copyto(*p), self.parts)), repeats, copied)
+            read_multi = self._best(lambda: list(pool.map(lambda p: p[1].view(np.uint32).max(), self.parts)),
+                                    repeats, read)
+        return {"single": single, "multi": multi, "best": max(single, multi),
+                "read_single": read_single, "read_multi": read_multi, "read_best": max(read_single, read_multi)}
 
 
 def copy_bandwidth(nbytes: int = 1 << 29, repeats: int = 5) -> dict[str, float]:
@@ -267,6 +276,7 @@ def _aligned(rows: list[tuple[str, ...]]) -> str:
 def table(ours: dict, hf: dict | None, hf_note: str, args: argparse.Namespace, path: Path) -> str:
     bw = ours["bandwidth"]["best"]
     floor_ms = 1e3 * ours["bytes_per_token"] / bw
+    read_floor_ms = 1e3 * ours["bytes_per_token"] / ours["bandwidth"]["read_best"]
     rows = [("checkpoint", str(path), "", ""),
             ("text weights (mapped)", f"{text_tensors(path)[1] / GB:.3f} GB", "", ""),
             ("prompt / decoded tokens", f"{args.prompt_len} / {args.decode}", "", ""),
@@ -274,7 +284,10 @@ def table(ours: dict, hf: dict | None, hf_note: str, args: argparse.Namespace, p
             ("weights read per decoded token", f"{ours['bytes_per_token'] / GB:.3f} GB", "", ""),
             ("copy bandwidth (1 thread / all)",
              f"{ours['bandwidth']['single'] / GB:.1f} / {ours['bandwidth']['multi'] / GB:.1f} GB/s", "", ""),
-            ("decode floor (bytes / bandwidth)", f"{floor_ms:.0f} ms/token", "", "")]
+            ("decode floor (bytes / bandwidth)", f"{floor_ms:.0f} ms/token", "", ""),
+            ("read bandwidth (1 thread / all)",
+             f"{ours['bandwidth']['read_single'] / GB:.1f} / {ours['bandwidth']['read_multi'] / GB:.1f} GB/s", "", ""),
+            ("read floor (bytes / read bandwidth)", f"{read_floor_ms:.0f} ms/token", "", "")]
     h = hf or {}
     rows += [
         ("", "ours", f"transformers ({h.get('dtype', hf_note)})" if hf else "transformers", "ours / transformers"),
@@ -289,6 +302,10 @@ def table(ours: dict, hf: dict | None, hf_note: str, args: argparse.Namespace, p
          f"{1e3 / ours['decode_tok_s'] / floor_ms:.2f}x, {ours['decode_ms_best'] / floor_ms:.2f}x",
          f"{1e3 / h['decode_tok_s'] / floor_ms:.2f}x, {h['decode_ms_best'] / floor_ms:.2f}x" if hf else "-", ""),
         ("decode / floor, paired (median, best)", _paired(ours), "", ""),
+        ("decode time / read floor (mean, best)",
+         f"{1e3 / ours['decode_tok_s'] / read_floor_ms:.2f}x, {ours['decode_ms_best'] / read_floor_ms:.2f}x",
+         f"{1e3 / h['decode_tok_s'] / read_floor_ms:.2f}x, {h['decode_ms_best'] / read_floor_ms:.2f}x" if hf else "-",
+         ""),
         ("peak RSS", f"{ours['peak_rss'] / GB:.2f} GB",
          _fmt(h.get("peak_rss", None) and h["peak_rss"] / GB, "{:.2f} GB"), ""),
     ]
