@@ -348,7 +348,8 @@ AVX2_INLINE void q8_tile_avx2(const prod_args *a, size_t r, size_t t, const int 
 
 DEFINE_ROWS(q8_rows_avx2, AVX2, q8_tile_avx2, 1)
 
-/* AVX-512: 2 chunks of 16 per block; tiles of 4 rows x 2 tokens (acc + blk: 16 of the 32 registers) */
+/* AVX-512: 2 chunks of 16 per block; tiles of 4 rows x 3 tokens (acc + blk: 24 of the 32 registers, with
+ * the 4 widened weight chunks and a token's activations), so each widened chunk serves 3 tokens */
 AVX512_INLINE __m512 load_q8x16(const int8_t *p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
 }
@@ -356,7 +357,7 @@ AVX512_INLINE __m512 load_q8x16(const int8_t *p) {
 AVX512_INLINE void q8_tile_avx512(const prod_args *a, size_t r, size_t t, const int NR, const int NT,
                                   const int pf) {
     const size_t in = a->in, blocks = in / Q8_BLOCK;
-    __m512 acc[4][2], blk[4][2];
+    __m512 acc[4][3], blk[4][3];
     for (int i = 0; i < NR; i++)
         for (int j = 0; j < NT; j++) acc[i][j] = _mm512_setzero_ps();
     for (size_t b = 0; b < blocks; b++) {
@@ -380,7 +381,7 @@ AVX512_INLINE void q8_tile_avx512(const prod_args *a, size_t r, size_t t, const 
         for (int j = 0; j < NT; j++) a->y[(t + j) * a->out + r + i] = reduce16(acc[i][j]);
 }
 
-DEFINE_ROWS(q8_rows_avx512, AVX512, q8_tile_avx512, 2)
+DEFINE_ROWS(q8_rows_avx512, AVX512, q8_tile_avx512, 3)
 #endif /* QGPU_X86 */
 
 /* ---- dispatch ---- */

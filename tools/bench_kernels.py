@@ -127,6 +127,9 @@ def bench_matmul(rng: np.random.Generator, repeat: int) -> None:
     t_blas = best_time(lambda: x @ w32.T, repeat)
     print(f"\nmatmul (prefill) {out}x{n_in}, {n} tokens: C {flop / t_c / 1e9:.1f} GFLOP/s, numpy convert+matmul "
           f"{flop / t_np / 1e9:.1f}, numpy f32 BLAS on pre-widened weights {flop / t_blas / 1e9:.1f}")
+    q8 = K.quantize_q8(w)           # --quant int8's form of the same matrix
+    t_q8 = best_time(lambda: K.matmul_bf16(q8, x), repeat)
+    print(f"  the same, Q8 weights (--quant int8): C {flop / t_q8 / 1e9:.1f} GFLOP/s")
 
 
 def bench_bf16x(rng: np.random.Generator, repeat: int) -> None:
