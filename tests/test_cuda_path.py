@@ -1,6 +1,8 @@
 """The optional CUDA path (--device cuda, qgpu_min/model/cuda.py): clear errors wherever it cannot run, the
 build wherever nvcc exists, and on a machine with a GPU its products and a model's logits against the CPU's.
 """
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -79,6 +81,30 @@ def test_nvcc_builds_the_library_once(tmp_path):
     ffi.cdef(cuda.CDEF)
     lib = ffi.dlopen(str(first))
     assert lib.qgpu_cuda_devices() >= -1  # it loads and answers, GPU or not
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--backend", "interp"], "--device apply to --backend circuit or model"),
+    (["--backend", "circuit"], "--device applies to --backend model"),
+    (["--backend", "model", "--model", ".", "--quant", "int8"], "--quant runs on the CPU only"),
+])
+def test_run_takes_a_device_only_for_the_merged_checkpoints_dense_layers(extra, message):
+    from click.testing import CliRunner
+
+    from qgpu_min.cli import main
+    dot = Path(__file__).resolve().parent.parent / "examples" / "dot.cu"
+    r = CliRunner().invoke(main, ["run", str(dot), "--arg", "[1]", "--arg", "[2]", "--arg", "zeros(1)",
+                                  "--arg", "1", "--device", "cuda", *extra])
+    assert r.exit_code == 2 and message in r.output
+
+
+def test_the_launch_backend_checks_the_device_before_loading():
+    from qgpu_min.gpu.backend import merged
+    from qgpu_min.host.backend import LaunchError
+    with pytest.raises(LaunchError, match="device 'tpu'"):
+        merged(".", device="tpu")
+    with pytest.raises(LaunchError, match="runs on the CPU only"):
+        merged(".", quant="int8", device="cuda")
 
 
 def test_without_a_gpu_asking_for_one_is_a_clear_error(gpus, tiny, monkeypatch, tmp_path):

@@ -100,6 +100,23 @@ def test_dot_through_the_merged_model_exact_under_check(built, mode):
 
 
 @pytest.mark.slow
+def test_a_launch_with_device_cuda_runs_exactly_or_says_why_it_cannot(built):
+    """--device cuda: the base layers' dense products on the GPU (the GPU-in-the-weights layers are CSR and
+    stay on the CPU): exact under --check where a GPU and nvcc exist, else a clear error naming what is missing."""
+    from qgpu_min.model import cuda
+    r = CliRunner().invoke(main, ["run", str(ROOT / "examples" / "dot.cu"), *DOT_ARGS, "--backend", "model",
+                                  "--model", str(built), "--device", "cuda", "--check", "--json"])
+    if cuda.find_nvcc() is None:
+        assert r.exit_code == 1 and "nvcc" in r.output
+    elif cuda.library()[1].qgpu_cuda_devices() <= 0:
+        assert r.exit_code == 1 and "--device cuda: no" in r.output and "CUDA device" in r.output
+    else:
+        assert r.exit_code == 0, r.output
+        out = json.loads(r.stdout)
+        assert out["arrays"]["out"] == [32] and out["checked"]
+
+
+@pytest.mark.slow
 def test_a_launch_reads_the_gpu_rows_of_the_lm_head_unless_checked(built, monkeypatch):
     """Without --check the argmax is over the GPU's rows only (a launch is a sequence of GPU tokens); the
     same tokens and result as over the whole vocabulary, which --check uses."""

@@ -18,7 +18,7 @@ from ..host.backend import BackendRun, LaunchError
 from ..machine.interp import MemoryFault, StepLimitError
 from ..machine.isa import LANES, Program
 from ..machine.isa import DEFAULT_STEP_LIMIT
-from ..model.modes import QUANTS
+from ..model.modes import DEVICES, QUANTS
 from .layout import GpuSpec
 from .model import TooManyTokens, current_cta
 from .model import run_launch as run_model
@@ -56,7 +56,7 @@ def _warp_steps(generated: list[Token]) -> int:
     return steps
 
 
-_MERGED: dict = {}        # (checkpoint folder, quant) -> MergedGpu, for the life of the process
+_MERGED: dict = {}        # (checkpoint folder, quant, device) -> MergedGpu, for the life of the process
 
 
 def _checked_options(backend: str, mode: str, options: dict, allowed: str) -> None:
@@ -80,27 +80,30 @@ def run_launch(program: Program, memory: list[int], grid: tuple[int, int], block
 def run_launch_model(program: Program, memory: list[int], grid: tuple[int, int], block: tuple[int, int],
                      step_limit: int | None, model: str | None = None, mode: str = "fp32", check: bool = False,
                      trace: Callable[[str], None] | None = None, progress: Callable[[str], None] | None = None,
-                     quant: str | None = None, **options: Any) -> BackendRun:
+                     quant: str | None = None, device: str = "cpu", **options: Any) -> BackendRun:
     """The launch through a merged checkpoint (`model`: its folder), every Qwen layer included; quant="int8":
-    its Qwen layers quantized at load (the GPU's layers stay exact)."""
-    _checked_options("model", mode, options, "model, mode, quant, check, trace and progress")
+    its Qwen layers quantized at load (the GPU's layers stay exact); device="cuda": the Qwen layers' dense
+    products on an NVIDIA GPU (forward.load_model)."""
+    _checked_options("model", mode, options, "model, mode, quant, device, check, trace and progress")
     grid, block = launch_shape(grid, block, SPEC)
     check_supported(program, SPEC)
-    return _launch(merged(model, quant, progress), program, memory, grid, block, step_limit, mode, check, trace)
+    return _launch(merged(model, quant, progress, device), program, memory, grid, block, step_limit, mode, check,
+                   trace)
 
 
 def run_launches_model(launches: list[tuple[Program, list[int]]], grid: tuple[int, int], block: tuple[int, int],
                        step_limit: int | None, model: str | None = None, mode: str = "fp32",
                        progress: Callable[[str], None] | None = None, quant: str | None = None,
-                       **options: Any) -> list[BackendRun]:
+                       device: str = "cpu", **options: Any) -> list[BackendRun]:
     """Several launches (a bound program and a memory image each) through a merged checkpoint, decoded
     together (model.run_launches: one pass over the weights per step for all of them); each result is the
     one run_launch_model gives for that launch alone."""
-    _checked_options("model", mode, options, "model, mode, quant and progress (a batch is not checked or traced)")
+    _checked_options("model", mode, options,
+                     "model, mode, quant, device and progress (a batch is not checked or traced)")
     grid, block = launch_shape(grid, block, SPEC)
     for program, _ in launches:
         check_supported(program, SPEC)
-    cg = merged(model, quant, progress)
+    cg = merged(model, quant, progress, device)
     parts = [prompt_parts(program, memory, block, SPEC, grid) for program, memory in launches]
     with _step_limit_named(step_limit):
         runs = run_models(cg, [load + rest for load, rest in parts], mode, _token_limit(step_limit, grid),
@@ -109,18 +112,25 @@ def run_launches_model(launches: list[tuple[Program, list[int]]], grid: tuple[in
             for (load, rest), run, (_, memory) in zip(parts, runs, launches)]
 
 
-def merged(model: str | None, quant: str | None = None, progress: Callable[[str], None] | None = None):
-    """The merged checkpoint in `model` (a MergedGpu), loaded once per process (and per quant)."""
+def merged(model: str | None, quant: str | None = None, progress: Callable[[str], None] | None = None,
+           device: str = "cpu"):
+    """The merged checkpoint in `model` (a MergedGpu), loaded once per process (and per quant and device)."""
     if not model:
         raise LaunchError("backend 'model' needs the merged checkpoint's folder (--model DIR, from `qgpu-min build`)")
     if quant is not None and quant not in QUANTS:
         raise LaunchError(f"quant {quant!r}: choose {' or '.join(QUANTS)} (or none)")
-    key = (str(Path(model).resolve()), quant)
+    if device not in DEVICES:
+        raise LaunchError(f"device {device!r}: choose {' or '.join(DEVICES)}")
+    if quant is not None and device != "cpu":
+        raise LaunchError(f"quant {quant!r} runs on the CPU only, not with device {device!r}")
+    key = (str(Path(model).resolve()), quant, device)
     if key not in _MERGED:
         from .merged import load_merged
         if progress is not None:
-            progress(f"loading the merged checkpoint {model}{' (Qwen layers quantized to int8)' if quant else ''} ...")
-        _MERGED[key] = load_merged(model, SPEC, quant)
+            how = " (Qwen layers quantized to int8)" if quant else " (the Qwen layers' products on CUDA)" \
+                if device != "cpu" else ""
+            progress(f"loading the merged checkpoint {model}{how} ...")
+        _MERGED[key] = load_merged(model, SPEC, quant, device)
     return _MERGED[key]
 
 

@@ -32,7 +32,7 @@ from ..circuit.tokens import CircuitTokens
 from ..files import read_json, write_text_atomic
 from ..model.config import load_config
 from ..model.errors import CheckpointError
-from ..model.forward import Model
+from ..model.forward import Model, check_device
 from ..model.weights import check_quant
 from ..model.tokenizer import padding_placeholder
 from .core import GpuCircuit, build
@@ -288,13 +288,14 @@ class MergedGpu:
     offset: int
     n_layers: int
     quant: str | None = None     # the base's layers quantized at load ("int8"), the GPU's layers never
+    device: str = "cpu"          # where the base's dense products run ("cuda": model/cuda.py)
     models: dict = field(default_factory=dict)
     loaded: OrderedDict = field(default_factory=OrderedDict)   # programs loaded before (model.load_state)
 
     def model(self, mode: str = "fp32") -> Model:
         if mode not in self.models:
             from ..model.forward import load_model
-            model = load_model(self.path, mode, quant=self.quant, keep_layers=self.layers)
+            model = load_model(self.path, mode, quant=self.quant, keep_layers=self.layers, device=self.device)
             skip_gpu_layers_on_text(model, self.path)
             self.models[mode] = model
         return self.models[mode]
@@ -338,10 +339,13 @@ def read_manifest(model_dir: str | Path) -> dict:
         raise CheckpointError(f"{path}: not a valid build manifest ({type(e).__name__}: {e})") from None
 
 
-def load_merged(model_dir: str | Path, spec: GpuSpec = GpuSpec(), quant: str | None = None) -> MergedGpu:
+def load_merged(model_dir: str | Path, spec: GpuSpec = GpuSpec(), quant: str | None = None,
+                device: str = "cpu") -> MergedGpu:
     """A merged checkpoint ready to run launches, after checking that it holds this version's GPU. quant:
-    its base layers (and the full-vocabulary LM head) quantized at load (forward.load_model)."""
+    its base layers (and the full-vocabulary LM head) quantized at load; device: where the base layers' dense
+    products run (forward.load_model; the GPU's layers are CSR and stay on the CPU)."""
     check_quant(quant)
+    check_device(device)
     from .cache import circuit_key
 
     model_dir = Path(model_dir)
@@ -353,7 +357,7 @@ def load_merged(model_dir: str | Path, spec: GpuSpec = GpuSpec(), quant: str | N
     vocab = Vocab(gc)
     lo, last = manifest_ranges(manifest, model_dir, circuit_key(gc, shape), len(vocab.tokens), cfg.vocab_size,
                                p.n_layers)
-    return MergedGpu(gc, vocab, p, model_dir, lo, last, quant)
+    return MergedGpu(gc, vocab, p, model_dir, lo, last, quant, device)
 
 
 def load_checkpoint(model_dir: str | Path, mode: str = "fp32", quant: str | None = None,

@@ -14,7 +14,7 @@ import click
 
 from ..cli import user_errors
 from ..machine.isa import DEFAULT_STEP_LIMIT, MAX_THREADS_PER_CTA
-from ..model.modes import MODES, QUANTS
+from ..model.modes import DEVICES, MODES, QUANTS
 from .args import bind_args, parse_dim, parse_value
 
 BACKENDS = ("interp", "model", "circuit")
@@ -41,11 +41,12 @@ def _warn(warnings: list[str]) -> None:
 
 
 def _model_options(backend: str, mode: str | None, check: bool, trace: bool, model_dir: str | None,
-                   quant: str | None = None) -> dict:
+                   quant: str | None = None, device: str = "cpu") -> dict:
     """The options of the GPU backends; given to the interpreter they are a usage error."""
     if backend == "interp":
         given = [name for name, on in (("--mode", mode), ("--check", check), ("--trace", trace),
-                                       ("--model", model_dir), ("--quant", quant)) if on]
+                                       ("--model", model_dir), ("--quant", quant),
+                                       ("--device", device != "cpu")) if on]
         if given:
             raise click.UsageError(f"{', '.join(given)} apply to --backend circuit or model, not interp")
         return {}
@@ -54,6 +55,11 @@ def _model_options(backend: str, mode: str | None, check: bool, trace: bool, mod
                                if model_dir is None else "--model DIR goes with --backend model")
     if quant and backend != "model":
         raise click.UsageError("--quant applies to --backend model (the Qwen layers of a merged checkpoint)")
+    if device != "cpu" and backend != "model":
+        raise click.UsageError("--device applies to --backend model (the Qwen layers' products; the circuit-only "
+                               "GPU's layers are sparse and run on the CPU)")
+    if device != "cpu" and quant:
+        raise click.UsageError("--quant runs on the CPU only; leave out --device cuda or --quant")
     # progress on stderr, so --json stdout stays one object: the first use compiles the GPU (seconds)
     out = {"mode": mode or "fp32", "check": check, "progress": lambda message: click.echo(message, err=True)}
     if trace:
@@ -62,6 +68,8 @@ def _model_options(backend: str, mode: str | None, check: bool, trace: bool, mod
         out["model"] = model_dir
     if quant:
         out["quant"] = quant
+    if device != "cpu":
+        out["device"] = device
     return out
 
 
@@ -92,6 +100,9 @@ def _ints(values) -> list[int]:
 @click.option("--quant", type=click.Choice(QUANTS), help="model: the checkpoint's Qwen layers and LM head "
               "quantized to int8 at load (Q8: a scale per 32 weights; half the bytes to read); the GPU's layers and "
               "its tokens' logits stay exact.")
+@click.option("--device", type=click.Choice(DEVICES), default="cpu", show_default=True,
+              help="model: where the Qwen layers' dense products run; cuda needs an NVIDIA GPU and nvcc (the "
+                   "GPU's layers are sparse and stay on the CPU).")
 @click.option("--mode", type=click.Choice(MODES), help="circuit/model: activations in fp32 "
               "(default) or rounded to bf16 after every op, as torch does.")
 @click.option("--check", is_flag=True, help="circuit/model: replay on the interpreter and compare every "
@@ -108,7 +119,8 @@ def _ints(values) -> list[int]:
               help=f"Stop with an error after N warp steps (default {DEFAULT_STEP_LIMIT}).")
 @user_errors
 def run(source: Path, arg_texts: tuple[str, ...], args_file: Path | None, kernel: str | None, grid: tuple[int, int],
-        block: tuple[int, int] | None, backend: str, model_dir: str | None, quant: str | None, mode: str | None,
+        block: tuple[int, int] | None, backend: str, model_dir: str | None, quant: str | None, device: str,
+        mode: str | None,
         check: bool, trace: bool, memcheck: bool,
         compiler: str | None, as_json: bool, step_limit: int | None) -> None:
     """Compile a CUDA kernel (.cu or .ptx) and launch it on the machine.
@@ -133,7 +145,7 @@ def run(source: Path, arg_texts: tuple[str, ...], args_file: Path | None, kernel
     compiled = compile_kernel(source, kernel=kernel, compiler=compiler)
     _warn(compiled.warnings)
     args = [bind_args(v, compiled.params, compiled.name) for v in values]
-    options = _model_options(backend, mode, check, trace and not as_json, model_dir, quant)
+    options = _model_options(backend, mode, check, trace and not as_json, model_dir, quant, device)
     if args_file is None:
         results = [launch(compiled, args[0], grid=grid, block=block, backend=backend, step_limit=step_limit,
                           memcheck=memcheck, **options)]
