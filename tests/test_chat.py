@@ -342,3 +342,21 @@ def test_library_ask_one_question(tmp_path):
     assert answer.text == "42." and answer.tools[0].value == 42 and answer.launches[0]["kernel"] == "calc_mul"
     conv = chat.open_conversation(path, "advanced", backend="interp", replies=["no tool"])
     assert isinstance(conv, chat.Conversation) and conv.tools[0]["function"]["name"] == "run_cuda"
+
+
+def test_chat_device_cuda_says_what_is_missing_or_refuses_quant(tmp_path):
+    """--device cuda: Qwen's dense products on the optional CUDA path; refused with --quant before loading, and
+    where no GPU (or no nvcc) is here, the error says which."""
+    import qgpu_min.chat as chat
+    from qgpu_min.model import cuda
+    from qgpu_min.model.errors import CudaError, ModelInputError
+    from qgpu_min.model.synthetic import write_synthetic_checkpoint
+    path = write_synthetic_checkpoint(tmp_path / "tiny", "tiny")
+    with pytest.raises(ModelInputError, match="runs on the CPU only"):
+        chat.open_conversation(path, backend="interp", quant="int8", device="cuda")
+    r = CliRunner().invoke(main, ["chat", "--model", str(path), "--gpu", "interp", "--device", "cuda", "--quant",
+                                  "int8", "What is 1 + 1?"])
+    assert r.exit_code != 0 and "runs on the CPU only" in r.output
+    if cuda.find_nvcc() is None or cuda.library()[1].qgpu_cuda_devices() <= 0:
+        with pytest.raises(CudaError, match="nvcc|CUDA device"):
+            chat.open_conversation(path, backend="interp", device="cuda")

@@ -59,7 +59,7 @@ class CalcResult:
 
 
 def evaluate(text: str, *, backend: str = "circuit", model: str | None = None, mode: str = "fp32",
-             quant: str | None = None) -> CalcResult:
+             quant: str | None = None, device: str = "cpu") -> CalcResult:
     """Evaluate an expression, computing every operation on the GPU of ``backend`` ('circuit': the GPU in
     the weights; 'interp': the reference interpreter; 'model': the merged checkpoint in folder ``model``),
     with ``mode`` 'fp32' or 'bf16' activations on the model backends. Raises CalcError (a QgpuError) for
@@ -69,7 +69,7 @@ def evaluate(text: str, *, backend: str = "circuit", model: str | None = None, m
     try:
         tree = parse(text)
         _check(tree)                                    # all of it, before anything is launched
-        gpu = Launcher(backend, model, mode, quant)
+        gpu = Launcher(backend, model, mode, quant, device)
         value = _evaluate(tree, gpu)
     except CalcError as e:
         raise e.within(text) from e.__cause__

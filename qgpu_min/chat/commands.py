@@ -9,7 +9,7 @@ import click
 
 from ..cli import user_errors
 from ..errors import QgpuError
-from ..model.modes import MODES, QUANTS
+from ..model.modes import DEVICES, MODES, QUANTS
 from .toolcall import CLOSE, OPEN
 from .tools import MODES as CHAT_MODES
 
@@ -30,6 +30,9 @@ HELP_LINE = "Type a question. /reset starts over, /quit (or Ctrl-D) leaves; Ctrl
               help="activations of Qwen and of the GPU: fp32, or bf16 as torch rounds them")
 @click.option("--quant", type=click.Choice(QUANTS), help="quantize the checkpoint's Qwen layers and LM head to int8 "
               "at load (about half the bytes per token; the GPU's layers stay exact)")
+@click.option("--device", type=click.Choice(DEVICES), default="cpu", show_default=True,
+              help="where the Qwen layers' dense products run (Qwen's answers, and launches on --gpu model); cuda "
+                   "needs an NVIDIA GPU and nvcc, and no --quant")
 @click.option("--think", is_flag=True, help="let Qwen think before it answers")
 @click.option("--max-new-tokens", default=512, show_default=True, type=click.IntRange(min=1),
               help="the longest reply, per round")
@@ -43,7 +46,8 @@ HELP_LINE = "Type a question. /reset starts over, /quit (or Ctrl-D) leaves; Ctrl
                    "launches and token counts")
 @user_errors
 def chat_command(question: str | None, model_dir: str, chat_mode: str, backend: str | None, precision: str,
-                 quant: str | None, think: bool, max_new_tokens: int, rounds: int, script: str | None, as_json: bool) -> None:
+                 quant: str | None, device: str, think: bool, max_new_tokens: int, rounds: int, script: str | None,
+                 as_json: bool) -> None:
     """Chat with Qwen; the numbers it needs are computed by the GPU in its weights.
 
     \b
@@ -54,7 +58,7 @@ def chat_command(question: str | None, model_dir: str, chat_mode: str, backend: 
     if as_json and not question:
         raise click.UsageError("--json answers one QUESTION: give it as an argument")
     conv = open_conversation(model_dir, chat_mode, backend, precision, think, max_new_tokens, rounds,
-                             _script(script) if script else None, quant=quant)
+                             _script(script) if script else None, quant=quant, device=device)
     if question:
         _one_question(conv, question, as_json)
     else:

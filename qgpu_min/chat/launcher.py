@@ -54,9 +54,10 @@ def for_backend(file: str, kernel: str, backend: str) -> CompiledKernel:
     return k if fmt is None else for_format(k, fmt() if callable(fmt) else fmt)
 
 
-def backend_options(backend: str, model: str | None, mode: str, quant: str | None = None) -> dict[str, Any]:
-    """launch()'s backend options: 'interp' takes none, 'circuit' the mode, 'model' the folder, the mode and
-    the quantization of its Qwen layers."""
+def backend_options(backend: str, model: str | None, mode: str, quant: str | None = None,
+                    device: str = "cpu") -> dict[str, Any]:
+    """launch()'s backend options: 'interp' takes none, 'circuit' the mode, 'model' the folder, the mode, the
+    quantization of its Qwen layers and where their dense products run."""
     if backend not in BACKENDS:
         raise CalcError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if mode not in MODES:
@@ -66,7 +67,8 @@ def backend_options(backend: str, model: str | None, mode: str, quant: str | Non
     if backend == "model" and not model:
         raise CalcError("backend 'model' needs the merged checkpoint's folder (model=DIR, from `qgpu-min build`)")
     if backend == "model":
-        return {"model": model, "mode": mode, **({"quant": quant} if quant else {})}
+        return {"model": model, "mode": mode, **({"quant": quant} if quant else {}),
+                **({"device": device} if device != "cpu" else {})}
     return {"mode": mode}
 
 
@@ -100,9 +102,9 @@ class Launcher:
     """Launches kernels on one backend and keeps a record of every launch."""
 
     def __init__(self, backend: str = "circuit", model: str | None = None, mode: str = "fp32",
-                 quant: str | None = None) -> None:
+                 quant: str | None = None, device: str = "cpu") -> None:
         self.backend = backend
-        self.options = backend_options(backend, model, mode, quant)
+        self.options = backend_options(backend, model, mode, quant, device)
         self.launches: list[dict[str, Any]] = []
 
     def run(self, file: str, kernel: str, args: list, plan: Plan, op: str, pos: int) -> dict[str, np.ndarray]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Protocol
 
+from ..model.errors import ModelInputError
 from .template import render, template_text
 from .toolcall import split_reply
 from .tools import Gpu, ToolResult, run_tool, tool_specs
@@ -96,12 +97,16 @@ class Conversation:
 
 def open_conversation(model_dir: str | Path, mode: str = "normal", backend: str | None = None,
                       precision: str = "fp32", enable_thinking: bool = False, max_new_tokens: int = 512,
-                      max_rounds: int = 4, replies: list[str] | None = None, quant: str | None = None) -> Conversation:
+                      max_rounds: int = 4, replies: list[str] | None = None, quant: str | None = None,
+                      device: str = "cpu") -> Conversation:
     """A conversation with the checkpoint in model_dir, with its own chat template. Launches run on the GPU
     in that checkpoint when `qgpu-min build` made it (backend 'model'), else on the circuit-only GPU;
     `backend` chooses. `replies`: Qwen's replies scripted instead of generated (the launches still run).
     `quant`: the checkpoint's Qwen layers quantized at load ("int8"; its GPU's layers stay exact); Qwen and the
-    launches then share the one quantized model."""
+    launches then share the one quantized model. `device`: where the Qwen layers' dense products run ("cuda":
+    the optional CUDA path; not with quant)."""
+    if quant is not None and device != "cpu":
+        raise ModelInputError(f"quant {quant!r} runs on the CPU only, not with device {device!r}")
     from ..model.generate import Sampling, default_sampling
     from .template import template_text
     backend = backend or ("model" if (Path(model_dir) / "qgpu_manifest.json").exists() else "circuit")
@@ -110,14 +115,15 @@ def open_conversation(model_dir: str | Path, mode: str = "normal", backend: str 
     else:
         if backend == "model":   # Qwen answers through the model its launches run on (one copy of the weights)
             from ..gpu.backend import merged
-            model = merged(str(model_dir), quant).model(precision)
+            model = merged(str(model_dir), quant, device=device).model(precision)
         else:
             from ..gpu.merged import load_checkpoint
-            model = load_checkpoint(model_dir, precision, quant)
+            model = load_checkpoint(model_dir, precision, quant, device=device)
         d = default_sampling(model)
         chat_model = RuntimeChatModel(model, max_new_tokens, Sampling(temperature=d["temperature"], top_p=d["top_p"],
                                                                       top_k=int(d["top_k"])))
-    gpu = Gpu(backend, str(model_dir) if backend == "model" else None, precision, quant if backend == "model" else None)
+    gpu = Gpu(backend, str(model_dir) if backend == "model" else None, precision, quant if backend == "model" else None,
+              device if backend == "model" else "cpu")
     return Conversation(chat_model, mode, gpu, template=template_text(model_dir), enable_thinking=enable_thinking,
                         max_rounds=max_rounds)
 

@@ -25,11 +25,12 @@ STEP_LIMIT = 20_000        # warp steps: a chat's kernel that loops for ever fai
 @dataclass(frozen=True)
 class Gpu:
     """Where launches run: backend 'model' (the merged checkpoint `model`, its Qwen layers quantized at load
-    when `quant`), 'circuit' or 'interp'."""
+    when `quant`, their dense products on `device`), 'circuit' or 'interp'."""
     backend: str = "circuit"
     model: str | None = None
     mode: str = "fp32"
     quant: str | None = None
+    device: str = "cpu"
 
 
 @dataclass
@@ -104,7 +105,7 @@ def _argument(call: ToolCall, name: str, kind: type, default=None):
 def _calc(call: ToolCall, gpu: Gpu) -> ToolResult:
     from .calc import evaluate
     expression = _argument(call, "expression", str)
-    r = evaluate(expression, backend=gpu.backend, model=gpu.model, mode=gpu.mode, quant=gpu.quant)
+    r = evaluate(expression, backend=gpu.backend, model=gpu.model, mode=gpu.mode, quant=gpu.quant, device=gpu.device)
     return ToolResult(call.name, call.arguments, True, r.text, r.value, list(r.launches))
 
 
@@ -127,7 +128,7 @@ def _cuda(call: ToolCall, gpu: Gpu) -> ToolResult:
         args = bind_args(values, kernel.params, kernel.name)
     except click.ClickException as e:
         raise QgpuError(e.format_message()) from None
-    options = backend_options(gpu.backend, gpu.model, gpu.mode, gpu.quant)
+    options = backend_options(gpu.backend, gpu.model, gpu.mode, gpu.quant, gpu.device)
     r = launch(kernel, args, grid=grid, block=block, step_limit=STEP_LIMIT, backend=gpu.backend, **options)
     arrays = {name: [int(x) for x in v.reshape(-1)] for name, v in r.arrays.items()}
     info = {"kernel": r.kernel, "grid": list(r.grid), "block": list(r.block), "backend": r.backend,
