@@ -192,7 +192,7 @@ def test_launch_errors():
         launch(k, [[1, 1 << 32], [2], [3], 1])
     with pytest.raises(CapacityError, match="over by"):
         launch(k, [[0] * 1000, [0] * 100, [0], 1])
-    with pytest.raises(LaunchError, match="backend 'model' takes model, mode, quant, check, trace and progress, not colour"):
+    with pytest.raises(LaunchError, match="backend 'model' takes model, mode, quant, device, check, trace and progress, not colour"):
         launch(k, [[1], [2], [3], 1], backend="model", colour=1)
 
 
