@@ -122,6 +122,19 @@ def test_what_blocks_the_skip(built, pair):
         assert not rows_pass_unchanged(np.array([[1.0, bad]], np.float32))
 
 
+def test_deferred_tokens_settle_after_the_skip_is_switched_off(built, pair):
+    full, _ = pair
+    m = load_model(built.path, full.mode)
+    m.skip_gpu_layers_on_text(built.n_layers, np.arange(TEXT_VOCAB))
+    ss, sf = m.new_state(), full.new_state()
+    m.prefill(ss, [4, 5, 6])
+    full.prefill(sf, [4, 5, 6])
+    m.text_skip = None                                  # the owed work is the state's: it still gets done
+    prompt = _ids(built, ["BEGIN"] + demos.word_tokens(7, 0) + ["WRITE_1"])
+    assert np.array_equal(m.prefill(ss, prompt), full.prefill(sf, prompt))
+    assert ss.deferred == [] and _same_state(ss, sf, range(built.n_layers))
+
+
 def test_a_false_claim_of_silence_is_caught_when_settling(built):
     m = load_model(built.path, "fp32")
     begin = _ids(built, ["BEGIN"])[0]

@@ -99,8 +99,9 @@ class State:
     conv state are known to be +0 everywhere (new states); clean[layer]: int32 [H], 1 where that head's S is
     known finite with no -0 (kernels.deltanet_step_sparse keeps it up to date). binding: C pointers to these
     arrays for Model's one-call decode, rebuilt when an array is not the one it points into (None in a copy).
-    deferred: ids of text tokens that skipped a built checkpoint's GPU layers (model/text_skip.py) and still
-    owe them their run: those layers' arrays do not include them yet (Model.settle runs them)."""
+    deferred: ids of text tokens that skipped a built checkpoint's GPU layers, 0..deferred_layers-1
+    (model/text_skip.py), and still owe them their run: those layers' arrays do not include them yet
+    (Model.settle runs them)."""
     recurrent: dict[int, np.ndarray]
     conv: dict[int, np.ndarray]
     keys: dict[int, np.ndarray] = field(default_factory=dict)
@@ -110,6 +111,7 @@ class State:
     clean: dict[int, np.ndarray] = field(default_factory=dict)
     binding: kernels.DecodeBinding | None = field(default=None, repr=False, compare=False)
     deferred: list[int] = field(default_factory=list)
+    deferred_layers: int = 0
 
 
 class Model:
@@ -190,7 +192,8 @@ class Model:
     def forward_hidden(self, state: State, token_ids: TokenIds, layer_outputs: list | None = None) -> np.ndarray:
         """Run the tokens through every layer, advancing `state`; returns the final-norm output f32
         (T, hidden), what the LM head sees. A list passed as layer_outputs receives the residual stream
-        f32 (T, hidden) after each layer, in layer order."""
+        f32 (T, hidden) after each layer, in layer order. A built checkpoint's text tokens may skip its GPU
+        layers, with the same results (skip_gpu_layers_on_text; settle() before reading those layers' state)."""
         ids = self._check_ids(token_ids)
         return self._hidden([state], self.embed(ids), ids, layer_outputs)
 
@@ -202,6 +205,7 @@ class Model:
         if first:          # text tokens past a built checkpoint's GPU: run there later (Model.settle)
             for state, rows in self._per_state(states, h.shape[0]):
                 state.deferred.extend(ids[rows].tolist())
+                state.deferred_layers = first
         else:
             for state in states:
                 self.settle(state)
@@ -272,7 +276,7 @@ class Model:
             h0 = self.embed(block)
             h = h0
             with np.errstate(over="ignore"):
-                for i in range(self.text_skip.layers):
+                for i in range(state.deferred_layers):
                     h = self._layer([state], i, "linear_attention", h)
             changed = np.flatnonzero((h.view(np.uint32) != h0.view(np.uint32)).any(axis=1))
             if changed.size:

@@ -64,7 +64,7 @@ def state_allows(state: State, layers: int) -> bool:
     """Whether the GPU layers' state lets a silent token through unchanged (module docstring): checked on the
     state before its first deferred token, which deferred tokens keep true."""
     if state.deferred:
-        return True
+        return state.deferred_layers == layers
     for i in range(layers):
         if i in state.zero:
             continue
