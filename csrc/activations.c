@@ -9,12 +9,6 @@
 
 #include "qgpu_core.h"
 
-static inline uint32_t float_bits(float x) {
-    uint32_t b;
-    memcpy(&b, &x, sizeof b);
-    return b;
-}
-
 static inline float bits_float(uint32_t b) {
     float x;
     memcpy(&x, &b, sizeof x);
@@ -27,7 +21,7 @@ static inline float exp_core(float x) {
     const uint32_t b89 = 0x42B20000u, bm104 = 0xC2D00000u, binf = 0x7F800000u; /* 89.0f, -104.0f, inf */
     const double log2e = 1.4426950408889634, round_magic = 6755399441055744.0; /* 1.5 * 2^52 */
     const double ln2_hi = 0.693147180559890330187, ln2_lo = 5.4979230187083711552e-14; /* hi: 41 bits */
-    uint32_t bx = float_bits(x);
+    uint32_t bx = qgpu_float_bits(x);
     uint32_t big = (int32_t)bx > (int32_t)b89;                /* x > 89 (or a NaN): exp(89) > FLT_MAX */
     uint32_t small = bx > bm104;                              /* x < -104 (or a NaN): below 2^-150 */
     uint32_t nan = (bx & 0x7FFFFFFFu) > binf;
@@ -55,7 +49,7 @@ static inline float exp_core(float x) {
     memcpy(&mb, &magic, sizeof mb);
     uint64_t bits = (tb - mb + 1023u) << 52;       /* 2^k, a normal double for |k| <= 151 */
     memcpy(&scale, &bits, sizeof scale);
-    uint32_t by = float_bits((float)(p * scale));
+    uint32_t by = qgpu_float_bits((float)(p * scale));
     by = big ? binf : by;
     by = small ? 0u : by;
     return bits_float(nan ? (bx | 0x00400000u) : by);  /* a NaN comes back quiet, as from arithmetic */
@@ -78,20 +72,17 @@ typedef struct {
 } elementwise_job;
 enum { ELEMENTWISE_GRAIN = 1024 };
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define ELEMENTWISE_SERIAL(name, expr)                                                \
+#if QGPU_SIMD_BUILDS
+#define ELEMENTWISE_BUILDS(name, expr)                                                \
     ELEMENTWISE_LOOP(, name##_plain, expr)                                            \
     ELEMENTWISE_LOOP(__attribute__((target("avx2"))), name##_avx2, expr)              \
-    ELEMENTWISE_LOOP(__attribute__((target("avx512f"))), name##_avx512, expr)         \
-    static void name##_serial(const float *x, size_t n, float *y) {                   \
-        int level = qgpu_get_isa();                                                   \
-        (level >= 2 ? name##_avx512 : level == 1 ? name##_avx2 : name##_plain)(x, n, y); \
-    }
+    ELEMENTWISE_LOOP(__attribute__((target("avx512f"))), name##_avx512, expr)
 #else
-#define ELEMENTWISE_SERIAL(name, expr)                                                \
-    ELEMENTWISE_LOOP(, name##_plain, expr)                                            \
-    static void name##_serial(const float *x, size_t n, float *y) { name##_plain(x, n, y); }
+#define ELEMENTWISE_BUILDS(name, expr) ELEMENTWISE_LOOP(, name##_plain, expr)
 #endif
+#define ELEMENTWISE_SERIAL(name, expr)                                                \
+    ELEMENTWISE_BUILDS(name, expr)                                                    \
+    static void name##_serial(const float *x, size_t n, float *y) { QGPU_ISA_PICK(name)(x, n, y); }
 
 #define PARALLEL_ELEMENTWISE(name, serial, cost)                                      \
     static void name##_range(void *ctx, size_t begin, size_t end) {                   \
@@ -122,7 +113,7 @@ static void silu_blocks(const float *x, size_t n, float *y) {
     for (size_t i = 0; i < n; i += SILU_BLOCK) {
         size_t len = n - i < SILU_BLOCK ? n - i : SILU_BLOCK;
         uint32_t any = 0;
-        for (size_t j = 0; j < len; j++) any |= float_bits(x[i + j]) & 0x7FFFFFFFu;
+        for (size_t j = 0; j < len; j++) any |= qgpu_float_bits(x[i + j]) & 0x7FFFFFFFu;
         if (any)
             silu_dense_serial(x + i, len, y + i);
         else

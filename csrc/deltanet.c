@@ -52,12 +52,6 @@ void qgpu_conv_prefill(float *state, size_t c, size_t k, size_t t, const float *
 /* Inlined into each ISA build of delta_heads below, so each is compiled for that build's vectors. */
 #define HEAD_CODE static inline __attribute__((always_inline))
 
-static inline uint32_t bits_of(float x) {
-    uint32_t b;
-    memcpy(&b, &x, sizeof b);
-    return b;
-}
-
 /* One head, one token (decay, write, read), in the reference's order. */
 HEAD_CODE void delta_head(float *S, size_t dk, size_t dv, const float *q, const float *k, const float *v,
                        float g, float beta, float *o) {
@@ -102,7 +96,7 @@ HEAD_CODE void delta_head(float *S, size_t dk, size_t dv, const float *q, const 
 HEAD_CODE int is_clean(const float *p, size_t n) {
     uint32_t bad = 0;
     for (size_t i = 0; i < n; i++) {
-        uint32_t b = bits_of(p[i]);
+        uint32_t b = qgpu_float_bits(p[i]);
         bad |= ((b & 0x7F800000u) == 0x7F800000u) | (b == 0x80000000u);
     }
     return !bad;
@@ -110,7 +104,7 @@ HEAD_CODE int is_clean(const float *p, size_t n) {
 
 HEAD_CODE int all_finite(const float *p, size_t n) {
     uint32_t bad = 0;
-    for (size_t i = 0; i < n; i++) bad |= (bits_of(p[i]) & 0x7F800000u) == 0x7F800000u;
+    for (size_t i = 0; i < n; i++) bad |= (qgpu_float_bits(p[i]) & 0x7F800000u) == 0x7F800000u;
     return !bad;
 }
 
@@ -185,19 +179,13 @@ typedef struct {
     }
 
 DELTA_HEADS(, delta_heads_plain)
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if QGPU_SIMD_BUILDS
 DELTA_HEADS(__attribute__((target("avx2"))), delta_heads_avx2)
 DELTA_HEADS(__attribute__((target("avx512f"))), delta_heads_avx512)
 #endif
 
 static void delta_heads(void *ctx, size_t h0, size_t h1) {
-    const delta_args *a = (const delta_args *)ctx;
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    int level = qgpu_get_isa();
-    (level >= 2 ? delta_heads_avx512 : level == 1 ? delta_heads_avx2 : delta_heads_plain)(a, h0, h1);
-#else
-    delta_heads_plain(a, h0, h1);
-#endif
+    QGPU_ISA_PICK(delta_heads)((const delta_args *)ctx, h0, h1);
 }
 
 void qgpu_deltanet_prefill(float *s, size_t h, size_t dk, size_t dv, size_t t, const float *q, const float *k,

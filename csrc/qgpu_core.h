@@ -153,6 +153,25 @@ static inline float qgpu_bf16_round(float x) {
     return x;
 }
 
+/* A float's bit pattern (for branch-free tests and selects on it, which vectorize). */
+static inline uint32_t qgpu_float_bits(float x) {
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    return b;
+}
+
+/* Loops built three times (plain, AVX2, AVX-512 target attributes: the same IEEE operations, no contraction,
+ * so the same bits) where QGPU_SIMD_BUILDS; QGPU_ISA_PICK(name) is name##_plain/_avx2/_avx512 for the SIMD
+ * level in force (qgpu_get_isa). */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define QGPU_SIMD_BUILDS 1
+#define QGPU_ISA_PICK(name) \
+    (qgpu_get_isa() >= 2 ? name##_avx512 : qgpu_get_isa() == 1 ? name##_avx2 : name##_plain)
+#else
+#define QGPU_SIMD_BUILDS 0
+#define QGPU_ISA_PICK(name) name##_plain
+#endif
+
 /* The float a bf16 bit pattern stands for (exact: the bits are the float's top half). */
 static inline float qgpu_bf16_value(uint16_t bits) {
     uint32_t u = (uint32_t)bits << 16;
