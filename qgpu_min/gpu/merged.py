@@ -378,8 +378,9 @@ def skip_gpu_layers_on_text(model: Model, model_dir: str | Path) -> None:
     """Let the text tokens a built checkpoint's manifest claims silent skip its GPU's layers (Model's
     skip_gpu_layers_on_text; bit for bit, model/text_skip.py); nothing for another checkpoint."""
     if (Path(model_dir) / MANIFEST).is_file():
-        layers = gpu_layers(model_dir)
-        model.skip_gpu_layers_on_text(layers.stop, manifest_silent_ids(read_manifest(model_dir), Path(model_dir)))
+        manifest = read_manifest(model_dir)      # read once: its unchecked ids run to megabytes at full scale
+        model.skip_gpu_layers_on_text(manifest_gpu_layers(manifest, model_dir).stop,
+                                      manifest_silent_ids(manifest, Path(model_dir)))
 
 
 def manifest_silent_ids(manifest: dict, model_dir: Path) -> np.ndarray:
@@ -409,8 +410,13 @@ def gpu_layers(model_dir: str | Path) -> range:
     checkpoint: what quantizing at load must keep exact."""
     if not (Path(model_dir) / MANIFEST).is_file():
         return range(0)
+    return manifest_gpu_layers(read_manifest(model_dir), model_dir)
+
+
+def manifest_gpu_layers(manifest: dict, model_dir: str | Path) -> range:
+    """The manifest's layers.gpu as a range."""
     try:
-        first, last = read_manifest(model_dir)["layers"]["gpu"]
+        first, last = manifest["layers"]["gpu"]
         return range(first, last)
     except (KeyError, TypeError, ValueError):
         raise CheckpointError(f"{model_dir}: the build manifest's layers.gpu is not a pair of layer numbers") from None
