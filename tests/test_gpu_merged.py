@@ -273,9 +273,9 @@ def test_dot_through_the_merged_model_quantized_to_int8_exact_under_check(built,
     out = json.loads(r.stdout)
     assert out["arrays"]["out"] == [32] and out["checked"]
     assert out["tokens"] == {"prompt": 305, "generated": 46}
-    from qgpu_min.gpu.backend import _MERGED
+    from qgpu_min.gpu.backend import merged as loaded_merged   # the run's own MergedGpu, cached per process
     from qgpu_min.model.kernels import QuantQ8
-    weights = _MERGED[(str(built.resolve()), "int8")].model(mode).weights
+    weights = loaded_merged(str(built), "int8").model(mode).weights
     gpu = merged.gpu_layers(built)
     kinds = [{type(a).__name__ for a in layer.values() if not (isinstance(a, np.ndarray) and a.dtype == np.float32)}
              for layer in weights.layers]      # the matrices' kinds (vectors and conv taps are float32)
