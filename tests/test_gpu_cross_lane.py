@@ -85,7 +85,7 @@ __global__ void votes(const int* a, unsigned* out, int rounds) {
 """
 
 
-@pytest.mark.parametrize("n, rounds, mode", [(7, 4, "fp32"), (11, 3, "bf16")])
+@pytest.mark.parametrize("n, rounds, mode", [(7, 4, "fp32"), pytest.param(11, 3, "bf16", marks=pytest.mark.slow)])
 def test_votes_exact_on_the_gpu(tmp_path, n: int, rounds: int, mode: str) -> None:
     src = tmp_path / "votes.cu"
     src.write_text(VOTES)

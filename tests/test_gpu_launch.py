@@ -209,7 +209,7 @@ __global__ void rotate_sum(const int* x, int* out, int* total) {
 """
 
 
-@pytest.mark.parametrize("threads,mode", [(7, "fp32"), (32, "fp32"), (10, "bf16")])
+@pytest.mark.parametrize("threads,mode", [(7, "fp32"), pytest.param(32, "fp32", marks=pytest.mark.slow), (10, "bf16")])
 def test_several_warps_with_barriers_are_exact_under_check(tmp_path, threads, mode):
     """Warps of 4 lanes scheduled as the interpreter does (turns end at a barrier or a loop back edge),
     barriers across warps, a partial last warp; checked token by token against the interpreter."""

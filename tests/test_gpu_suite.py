@@ -33,7 +33,8 @@ def run_on_gpu(case: Case, shape: Shape, mode: str) -> None:
 
 # (case, launch shape): loops and divergence, shared memory and atomics, bytes, division by a constant (MULHU
 # rewritten), grids of CTAs and a 2-D block and grid, shuffles, votes; shapes kept small for the default run's time
-REPRESENTATIVE = (("vec_add", "g3x1-b8x1"), ("collatz", "g1x1-b4x1"), ("histogram_shared", "g3x1-b8x1"),
+# (collatz, the longest loop of the suite, runs with every other kernel in the slow set)
+REPRESENTATIVE = (("vec_add", "g3x1-b8x1"), ("histogram_shared", "g3x1-b8x1"),
                   ("branch_chain", "g1x1-b4x1"), ("atomic_minmax", "g2x1-b7x1"), ("search_break", "g1x1-b4x1"),
                   ("divmod_const", "g1x1-b3x1"), ("index_2d", "g2x2-b4x2"), ("bytes-brighten", "g1x1-b4x1"),
                   ("warp_scan", "g1x1-b4x1"), ("warp_2d", "g1x1-b2x2"), ("ballot", "g1x1-b4x1"))

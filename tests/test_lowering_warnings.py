@@ -3,6 +3,7 @@ stays silent, how `qgpu-min run` / `compile` show them, and that no kernel of th
 the two user-trial kernels written for 32 lanes."""
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -175,10 +176,16 @@ def test_cli_compile_prints_warnings_on_stderr():
 
 
 # ---- no false positives over the suites ---------------------------------------------------------------
+@functools.cache
+def _module(path: Path, compiler: str):
+    """The parsed PTX of one suite file, compiled once for both sweeps below (~10 s for the suites with zig)."""
+    return parse_ptx(compile_to_ptx(path, compiler).text)
+
+
 def _sweep(compiler: str, files: list[Path]) -> set[tuple[str, str]]:
     warned = set()
     for f in files:
-        module = parse_ptx(compile_to_ptx(f, compiler).text)
+        module = _module(f, compiler)
         for k in module.kernels:
             if warp_size_warnings(module, k):
                 warned.add((f.name, k.name))
@@ -249,7 +256,7 @@ def test_no_suite_or_trial_kernel_has_a_block_size_warning(compiler):
     skip_if_missing(compiler)
     flagged = set()
     for path in ALL_CU:
-        module = parse_ptx(compile_to_ptx(path, compiler).text)
+        module = _module(path, compiler)
         for fn in module.kernels:
             if warp_partials(module, fn):
                 flagged.add(path.name)
