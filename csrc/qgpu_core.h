@@ -41,10 +41,10 @@ typedef struct {
  * QGPU_BF16_X, X holds bf16 values only (returns 0, computing nothing, when one is not); at the amx level
  * the bf16 matrices then run on AMX tiles (amx.c; Q8 matrices as without the flag), other levels compute as
  * without it. QGPU_BF16_Y: the results are rounded to bf16 (bf16.round_bf16) by the threads that wrote them.
- * scratch: qgpu_bf16x_scratch(n, in) uint16s with QGPU_BF16_X, else unused (NULL is fine). Returns 1 when
- * computed. */
+ * scratch: qgpu_product_scratch(n, in, flags) uint16s of workspace (X repacked for the SIMD level's tiles;
+ * NULL when that is 0). Returns 1 when computed. */
 enum { QGPU_BF16_X = 1, QGPU_BF16_Y = 2 };
-size_t qgpu_bf16x_scratch(size_t n, size_t in);
+size_t qgpu_product_scratch(size_t n, size_t in, int flags);
 int qgpu_matmul_multi(const qgpu_matrix *ws, size_t count, size_t in, const float *x, size_t n, float *y,
                       int flags, uint16_t *scratch);
 
@@ -79,15 +79,16 @@ void qgpu_deltanet_prefill(float *s, size_t h, size_t dk, size_t dv, size_t t, c
  * Other heads run the dense step. On return clean[h] says whether S[h] is clean now (a scan's answer). */
 void qgpu_deltanet_step_sparse(float *s, size_t h, size_t dk, size_t dv, const float *q, const float *k,
                                const float *v, const float *g, const float *beta, float *o, int32_t *clean);
-/* Lanes of the dense products' accumulator at a SIMD level (16 AVX-512 and amx, 8 otherwise). */
-int qgpu_isa_lanes(int level);
-/* y = W x for W stored as its nonzero chunks of `lanes` columns: row r's chunks are ptr[r] .. ptr[r+1],
- * chunk c starts at column cols[c], its weights w[c * lanes ..] (zero-padded past `in`). Bit-identical to
- * qgpu_matmul_multi of the dense W (n = 1, no flags) at the current SIMD level. w8, when not NULL, holds the same weights as
- * int8 (every weight an integer in [-128, 127], none -0) and is read instead: the same values, half the
- * bytes. Returns 0 without computing when `lanes` is not that level's or x holds a non-finite value (the
- * dense product is then the one to run), else 1. */
-int qgpu_chunked_matvec_bf16(size_t out, size_t in, size_t lanes, const int64_t *ptr, const int32_t *cols,
+/* Columns per chunk of the dense products' accumulation at a SIMD level (32 AVX-512 and amx: 16 even then
+ * 16 odd columns into 16 lanes; 8 otherwise, one per lane). */
+int qgpu_isa_chunk(int level);
+/* y = W x for W stored as its nonzero chunks of `width` columns: row r's chunks are ptr[r] .. ptr[r+1],
+ * chunk c starts at column cols[c], its weights w[c * width ..] in column order (zero-padded past `in`).
+ * Bit-identical to qgpu_matmul_multi of the dense W (n = 1, no flags) at the current SIMD level. w8, when not
+ * NULL, holds the same weights as int8 (every weight an integer in [-128, 127], none -0) and is read instead:
+ * the same values, half the bytes. Returns 0 without computing when `width` is not that level's chunk
+ * (qgpu_isa_chunk) or x holds a non-finite value (the dense product is then the one to run), else 1. */
+int qgpu_chunked_matvec_bf16(size_t out, size_t in, size_t width, const int64_t *ptr, const int32_t *cols,
                              const uint16_t *w, const int8_t *w8, const float *x, float *y);
 /* In place: x = round_bf16(x), as bf16.round_bf16 does (qgpu_bf16_round below, vectorized). */
 void qgpu_round_bf16(float *x, size_t n);

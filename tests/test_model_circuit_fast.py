@@ -73,7 +73,7 @@ def test_fast_decode_equals_plain_forward_bit_for_bit(gpu, launch_ids, mode, mon
         assert np.array_equal(_bits(fast_state.clean[i]), _bits(stepwise_state.clean[i]))
     assert fast_state.zero == stepwise_state.zero
     model.silent_mixers = frozenset()
-    model._head_chunks = {kernels.isa_lanes(): None}  # the plain run: the dense LM head,
+    model._head_chunks = {kernels.chunk_width(): None}  # the plain run: the dense LM head,
     model._mlp_steps = {}                              # the separate MLP calls over all 6144 units,
     model._gdn_steps = {}                              # the separate DeltaNet calls,
     monkeypatch.setattr(kernels, "deltanet_step_sparse",  # and the dense delta rule, in decode and prefill

@@ -57,16 +57,16 @@ F32_VECTORS = ("A_log", "gdn_norm")  # stored F32 in the published checkpoint
 HEAD_CHUNK_DENSITY = 0.5
 
 
-def sparse_chunks(w, lanes: int) -> kernels.ChunkedBF16 | None:
-    """Head rows w (bf16 bits) as their nonzero chunks of `lanes` columns, when at most HEAD_CHUNK_DENSITY of
+def sparse_chunks(w, width: int) -> kernels.ChunkedBF16 | None:
+    """Head rows w (bf16 bits) as their nonzero chunks of `width` columns, when at most HEAD_CHUNK_DENSITY of
     their chunks hold a nonzero, else None (a probe of 64 rows decides, so a dense head is read only there)."""
     if not (isinstance(w, np.ndarray) and w.dtype == np.uint16 and w.flags.c_contiguous):
         return None
     probe = w[np.linspace(0, w.shape[0] - 1, min(64, w.shape[0])).astype(np.int64)]
-    if kernels.ChunkedBF16.from_dense(np.ascontiguousarray(probe), lanes).chunks \
-            > HEAD_CHUNK_DENSITY * probe.shape[0] * -(-w.shape[1] // lanes):
+    if kernels.ChunkedBF16.from_dense(np.ascontiguousarray(probe), width).chunks \
+            > HEAD_CHUNK_DENSITY * probe.shape[0] * -(-w.shape[1] // width):
         return None
-    return kernels.ChunkedBF16.from_dense(w, lanes)
+    return kernels.ChunkedBF16.from_dense(w, width)
 
 
 def _cuda_products():
@@ -135,8 +135,8 @@ class Model:
         self._inv_freq = (np.float32(1) / np.power(np.float32(config.rope_theta),
                                                    np.arange(0, rot, 2, dtype=np.float32) / np.float32(rot)))
         self.text_skip: TextSkip | None = None     # set by skip_gpu_layers_on_text
-        self._subset_cache: tuple | None = None    # ((ids' bytes, lanes), their head rows, sparse_chunks of them)
-        self._head_chunks: dict[int, kernels.ChunkedBF16 | None] = {}  # SIMD lanes -> chunked LM head
+        self._subset_cache: tuple | None = None    # ((ids' bytes, chunk width), their head rows, sparse_chunks of them)
+        self._head_chunks: dict[int, kernels.ChunkedBF16 | None] = {}  # SIMD level's chunk width -> chunked LM head
         self.silent_mixers = frozenset(i for i, kind in enumerate(config.layer_types)
                                        if kind == "linear_attention" and self._silent_deltanet(weights.layers[i]))
         # decode's fused steps (one C call each) for the MLPs whose gate/up/down are all CSR (circuit
@@ -296,10 +296,10 @@ class Model:
         """The full LM head as its nonzero chunks at the current SIMD level's width, when at most
         HEAD_CHUNK_DENSITY of its chunks hold a nonzero (a circuit model's embedding rows), else None.
         Built once per width."""
-        lanes = kernels.isa_lanes()
-        if lanes not in self._head_chunks:
-            self._head_chunks[lanes] = sparse_chunks(self.weights.lm_head, lanes)
-        return self._head_chunks[lanes]
+        width = kernels.chunk_width()
+        if width not in self._head_chunks:
+            self._head_chunks[width] = sparse_chunks(self.weights.lm_head, width)
+        return self._head_chunks[width]
 
     def _apply_head(self, w, hidden: np.ndarray) -> np.ndarray:
         # fp32 products (no bf16_x) in both modes: the chunked head must equal the dense one bit for bit, and
@@ -336,12 +336,12 @@ class Model:
         if token_subset is None:
             return self.weights.lm_head if self.weights.head_q8 is None else self.weights.head_q8
         ids = self._check_ids(token_subset)
-        lanes = kernels.isa_lanes()
-        key = (ids.tobytes(), lanes)     # the chunks' width is the SIMD level's, as for chunked_head
+        width = kernels.chunk_width()
+        key = (ids.tobytes(), width)     # the chunks' width is the SIMD level's, as for chunked_head
         if self._subset_cache is None or self._subset_cache[0] != key:
             # gathered once and reused: a launch asks for the same subset at every step
             rows = np.ascontiguousarray(self.weights.lm_head[ids])
-            self._subset_cache = (key, rows, sparse_chunks(rows, lanes))
+            self._subset_cache = (key, rows, sparse_chunks(rows, width))
         return self._subset_cache[1]
 
     # ---- layers ----------------------------------------------------------------------------------------------

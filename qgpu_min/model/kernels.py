@@ -173,7 +173,8 @@ def _multi(fn: str, ws: Sequence[Weight], x: np.ndarray, bf16_x: bool, bf16_y: b
     """The products of checked weights; the dense ones' (bf16 and Q8) results are views of one buffer, which
     the C call fills in groups of up to QGPU_MAX_MULTI matrices."""
     n, n_in = x.shape
-    scratch = _scratch(lib.qgpu_bf16x_scratch(n, n_in) if bf16_x else 0)
+    flags = (lib.QGPU_BF16_X if bf16_x else 0) | (lib.QGPU_BF16_Y if bf16_y else 0)
+    scratch = _scratch(lib.qgpu_product_scratch(n, n_in, flags))
     dense = [w for w in ws if not isinstance(w, SparseBF16)]
     buf = np.empty(n * sum(w.shape[0] for w in dense), np.float32)
     ys, offset = [], 0
@@ -196,7 +197,6 @@ def _multi(fn: str, ws: Sequence[Weight], x: np.ndarray, bf16_x: bool, bf16_y: b
                 keep.append(ffi.from_buffer("uint16_t[]", w))
                 m.w = keep[-1]
             m.out = w.shape[0]
-        flags = (lib.QGPU_BF16_X if bf16_x else 0) | (lib.QGPU_BF16_Y if bf16_y else 0)
         if not lib.qgpu_matmul_multi(matrices, len(group), n_in, _floats(x), n, _floats(buf[offset:]), flags,
                                      ffi.from_buffer("uint16_t[]", scratch)):
             check_bf16_values(fn, x)  # the C check of the first group failed: nothing computed yet
@@ -459,15 +459,15 @@ def deltanet_gate(a: np.ndarray, a_log: np.ndarray, dt_bias: np.ndarray) -> np.n
     return g
 
 
-def isa_lanes() -> int:
-    """Lanes of the dense products' accumulator at the current SIMD level: the ChunkedBF16.lanes that
-    chunked_matvec runs with (16 AVX-512 and amx, 8 AVX2 and generic)."""
-    return int(lib.qgpu_isa_lanes(lib.qgpu_get_isa()))
+def chunk_width() -> int:
+    """Columns per chunk of the dense products' accumulation at the current SIMD level: the
+    ChunkedBF16.width that chunked_matvec runs with (32 AVX-512 and amx, 8 AVX2 and generic)."""
+    return int(lib.qgpu_isa_chunk(lib.qgpu_get_isa()))
 
 
 def chunked_matvec(w: ChunkedBF16, x: np.ndarray) -> np.ndarray:
     """matvec_bf16(w.dense, x), bit for bit, reading only the nonzero chunks: x f32 [in] -> f32 [out]. When
-    w.lanes is not the current SIMD level's, or x holds inf/NaN (0 * inf is NaN in the dense sum), the
+    w.width is not the current SIMD level's chunk, or x holds inf/NaN (0 * inf is NaN in the dense sum), the
     dense product itself runs."""
     if not isinstance(w, ChunkedBF16):
         raise KernelInputError(f"chunked_matvec: w must be a ChunkedBF16, got {describe_arg(w)}")
@@ -475,7 +475,7 @@ def chunked_matvec(w: ChunkedBF16, x: np.ndarray) -> np.ndarray:
     x = check_activation("chunked_matvec", "x", x, (n_in,))
     y = np.empty(out, dtype=np.float32)
     small = ffi.NULL if w.small is None else ffi.from_buffer("int8_t[]", w.small)
-    if not lib.qgpu_chunked_matvec_bf16(out, n_in, w.lanes, ffi.from_buffer("int64_t[]", w.ptr),
+    if not lib.qgpu_chunked_matvec_bf16(out, n_in, w.width, ffi.from_buffer("int64_t[]", w.ptr),
                                         ffi.from_buffer("int32_t[]", w.cols),
                                         ffi.from_buffer("uint16_t[]", w.values), small, _floats(x), _floats(y)):
         return matvec_bf16(w.dense, x)

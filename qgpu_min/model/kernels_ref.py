@@ -141,18 +141,19 @@ def small_integers(bits: np.ndarray) -> np.ndarray | None:
 
 @dataclass(frozen=True)
 class ChunkedBF16:
-    """A bf16 matrix [out, in] stored as the chunks of `lanes` consecutive columns (from column 0, in steps
-    of lanes) that hold a nonzero weight: row r's chunks are ptr[r] .. ptr[r+1], chunk c starts at column
-    cols[c] and its weights are values[c * lanes : (c + 1) * lanes] (zero past the row's end). `dense` is
+    """A bf16 matrix [out, in] stored as the chunks of `width` consecutive columns (from column 0, in steps
+    of width: the SIMD level's chunk, kernels.chunk_width) that hold a nonzero weight: row r's chunks are
+    ptr[r] .. ptr[r+1], chunk c starts at column cols[c] and its weights are values[c * width : (c + 1) *
+    width] (zero past the row's end). `dense` is
     the matrix itself (kept, not copied: the product falls back to it). For a mostly-zero matrix whose
     dense product must keep its exact bits (the tied LM head of a circuit model): the chunked product does
     the dense product's arithmetic without the chunks that add only zeros."""
 
     shape: tuple[int, int]
-    lanes: int
+    width: int
     ptr: np.ndarray     # int64 [out + 1]
     cols: np.ndarray    # int32 [chunks]
-    values: np.ndarray  # uint16 [chunks * lanes]
+    values: np.ndarray  # uint16 [chunks * width]
     dense: np.ndarray   # uint16 [out, in]
     # the same values as int8 when every one is an integer in [-128, 127] and none is -0 (a circuit's
     # embedding: 0, 1, 2, 9, 43), else None: the C product reads these, half the bytes, the same weights
@@ -163,39 +164,39 @@ class ChunkedBF16:
         return int(self.cols.shape[0])
 
     @classmethod
-    def from_dense(cls, w_bits: np.ndarray, lanes: int) -> "ChunkedBF16":
+    def from_dense(cls, w_bits: np.ndarray, width: int) -> "ChunkedBF16":
         if not isinstance(w_bits, np.ndarray) or w_bits.dtype != np.uint16 or w_bits.ndim != 2 \
                 or not w_bits.flags.c_contiguous:
             raise KernelInputError(f"ChunkedBF16.from_dense needs a contiguous 2-D uint16 array of bf16 bits, "
                                    f"got {describe_arg(w_bits)}")
-        if lanes not in (8, 16):
-            raise KernelInputError(f"ChunkedBF16: lanes must be 8 or 16, not {lanes}")
+        if width not in (8, 32):
+            raise KernelInputError(f"ChunkedBF16: width must be 8 or 32 columns, not {width}")
         out, n_in = w_bits.shape
-        n_chunks = -(-n_in // lanes)
+        n_chunks = -(-n_in // width)
         counts = np.zeros(out, np.int64)
         cols, values = [], []
         step = _chunk_rows(w_bits)
         for r0 in range(0, out, step):  # row blocks: temporaries stay small for a large mapped matrix
             block = w_bits[r0:r0 + step]
-            padded = np.zeros((block.shape[0], n_chunks * lanes), np.uint16)
+            padded = np.zeros((block.shape[0], n_chunks * width), np.uint16)
             padded[:, :n_in] = block
-            padded = padded.reshape(block.shape[0], n_chunks, lanes)
+            padded = padded.reshape(block.shape[0], n_chunks, width)
             rows, chunk = np.nonzero((padded & np.uint16(0x7FFF)).any(axis=2))  # row-major: columns ascending
             counts[r0:r0 + block.shape[0]] = np.bincount(rows, minlength=block.shape[0])
-            cols.append((chunk * lanes).astype(np.int32))
+            cols.append((chunk * width).astype(np.int32))
             values.append(padded[rows, chunk].reshape(-1))
         ptr = np.zeros(out + 1, np.int64)
         np.cumsum(counts, out=ptr[1:])
         values = np.concatenate(values or [np.zeros(0, np.uint16)])
-        return cls((int(out), int(n_in)), lanes, ptr, np.concatenate(cols or [np.zeros(0, np.int32)]), values,
+        return cls((int(out), int(n_in)), width, ptr, np.concatenate(cols or [np.zeros(0, np.int32)]), values,
                    w_bits, small_integers(values))
 
     def to_dense(self) -> np.ndarray:
         out, n_in = self.shape
-        n_chunks = -(-n_in // self.lanes)
-        full = np.zeros((out, n_chunks, self.lanes), np.uint16)
+        n_chunks = -(-n_in // self.width)
+        full = np.zeros((out, n_chunks, self.width), np.uint16)
         rows = np.repeat(np.arange(out), np.diff(self.ptr))
-        full[rows, self.cols // self.lanes] = self.values.reshape(-1, self.lanes)
+        full[rows, self.cols // self.width] = self.values.reshape(-1, self.width)
         return np.ascontiguousarray(full.reshape(out, -1)[:, :n_in])
 
 
