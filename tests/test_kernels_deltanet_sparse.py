@@ -135,3 +135,28 @@ def test_every_simd_level_and_thread_count_gives_the_generic_bits(isa, threads):
     want = run()
     assert all(np.array_equal(_bits(a), _bits(b)) for a, b in zip(got, want))
     assert got[5].tolist() == R.state_clean(got[4]).tolist()
+
+
+@pytest.mark.parametrize("dk, dv", [(128, 128), (16, 75), (5, 33), (3, 1)])
+def test_prefill_of_dense_heads_equals_the_steps(isa, threads, dk, dv):
+    """A trained layer's prompt (decay < 1 at every token) through one prefill call against the same tokens
+    one step at a time, bit for bit: outputs, state, clean flags. Head 1 has decay exactly 1 at one token
+    (where a clean head could take the sparse path); head 2's values hold an inf at one token (NaNs must
+    spread as in the steps)."""
+    rng = np.random.default_rng(dk * 1000 + dv)
+    h, t = 3, 7
+    S0 = (rng.standard_normal((h, dk, dv)) * 0.5).astype(np.float32)
+    q, k = rng.standard_normal((2, t, h, dk)).astype(np.float32)
+    v = rng.standard_normal((t, h, dv)).astype(np.float32)
+    g, beta = (-rng.random((t, h)) - 0.01).astype(np.float32), rng.random((t, h)).astype(np.float32)
+    g[3, 1] = 0.0
+    v[5, 2, dv // 2] = np.inf
+    S, S_steps = S0.copy(), S0.copy()
+    clean, clean_steps = np.zeros(h, np.int32), np.zeros(h, np.int32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        o = K.deltanet_prefill(S, q, k, v, g, beta, clean)
+        o_steps = np.stack([K.deltanet_step_sparse(S_steps, q[i], k[i], v[i], g[i], beta[i], clean_steps)
+                            for i in range(t)])
+    assert np.array_equal(_bits(o), _bits(o_steps)) and np.array_equal(_bits(S), _bits(S_steps))
+    assert clean.tolist() == R.state_clean(S).tolist()
+    assert np.isnan(o[6, 2]).any() and not np.isnan(o[:, :2]).any()
