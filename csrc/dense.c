@@ -543,6 +543,11 @@ size_t qgpu_product_scratch(size_t n, size_t in, int flags) {
     return eo_packed(level, flags) ? 2 * n * eo_width(in) + EO_ALIGN / sizeof(uint16_t) : 0;
 }
 
+size_t qgpu_product_scratch_max(size_t n, size_t in) {
+    size_t amx = qgpu_amx_packed_size(n, in), eo = 2 * n * eo_width(in) + EO_ALIGN / sizeof(uint16_t);
+    return amx > eo ? amx : eo;
+}
+
 int qgpu_matmul_multi(const qgpu_matrix *ws, size_t count, size_t in, const float *x, size_t n, float *y,
                       int flags, uint16_t *scratch) {
     int level = qgpu_get_isa();

@@ -45,6 +45,8 @@ typedef struct {
  * NULL when that is 0). Returns 1 when computed. */
 enum { QGPU_BF16_X = 1, QGPU_BF16_Y = 2 };
 size_t qgpu_product_scratch(size_t n, size_t in, int flags);
+/* The most qgpu_product_scratch asks for at any SIMD level and flags (for workspace sized once). */
+size_t qgpu_product_scratch_max(size_t n, size_t in);
 int qgpu_matmul_multi(const qgpu_matrix *ws, size_t count, size_t in, const float *x, size_t n, float *y,
                       int flags, uint16_t *scratch);
 
@@ -102,33 +104,35 @@ void qgpu_l2norm(const float *x, size_t rows, size_t d, float eps, float divisor
 /* The DeltaNet decay gate for n values of a (head i % heads): g = -exp(A_log) * softplus(a + dt_bias) */
 void qgpu_deltanet_gate(const float *a, size_t n, const float *a_log, const float *dt_bias, size_t heads,
                         float *g);
-/* One token through a CSR layer (decode.c): the sparse MLP, h -> h_out (h_mid = R(h + 0) when add_zero: a
+/* One token through a layer in one C call (decode.c): the MLP, h -> h_out (h_mid = R(h + 0) when add_zero: a
  * silent mixer's exact output), and the DeltaNet mixer, h -> h_out, its conv state, S and clean flags
  * updated. R = round_bf16 in bf16 mode. A layer's weights and sizes are described once (the structs);
- * scratch: qgpu_mlp_scratch / qgpu_gdn_scratch floats. */
+ * scratch: qgpu_mlp_scratch / qgpu_gdn_scratch floats. A projection is CSR (a circuit layer's: p, i, v) or,
+ * with p NULL, the dense matrix m (bf16 or Q8, a model's own layer), multiplied by qgpu_matmul_multi with
+ * bf16 mode's flags, as the forward pass multiplies it; the projections of one input are all of one kind. */
 typedef struct {
-    size_t d, m;           /* hidden size, active units */
+    const int64_t *p; const int32_t *i; const uint16_t *v;   /* CSR [out, in], or p NULL */
+    qgpu_matrix m;                                          /* dense, when p is NULL */
+} qgpu_proj;
+typedef struct {
+    size_t d, m;           /* hidden size, units (a CSR MLP's active units, else the intermediate size) */
     const float *w;        /* post-attention norm weight [d] (1 + w) */
     float eps;
     int bf16;
-    const int64_t *gp; const int32_t *gi; const uint16_t *gv;   /* gate [m, d] */
-    const int64_t *up; const int32_t *ui; const uint16_t *uv;   /* up [m, d] */
-    const int64_t *dp; const int32_t *di; const uint16_t *dv;   /* down [d, m] */
+    qgpu_proj gate, up;    /* [m, d] */
+    qgpu_proj down;        /* [d, m] */
 } qgpu_mlp_layer;
 typedef struct {
     size_t d, nk, dk, nv, dv, k;   /* hidden, key heads and dim, value heads and dim, conv taps */
     const float *in_norm;          /* [d] (1 + w) */
     float eps;
     int bf16;
-    const int64_t *qp; const int32_t *qi; const uint16_t *qv;   /* in_proj_qkv [2 nk dk + nv dv, d] */
-    const int64_t *zp; const int32_t *zi; const uint16_t *zv;   /* in_proj_z [nv dv, d] */
-    const int64_t *bp; const int32_t *bi; const uint16_t *bv;   /* in_proj_b [nv, d] */
-    const int64_t *ap; const int32_t *ai; const uint16_t *av;   /* in_proj_a [nv, d] */
+    qgpu_proj qkv, z, b, a;        /* in_proj_qkv [2 nk dk + nv dv, d], in_proj_z [nv dv, d], in_proj_b/a [nv, d] */
     const float *conv_w;           /* [2 nk dk + nv dv, k] */
     const float *a_log, *dt_bias;  /* [nv] */
     float q_div;                   /* sqrt(dk) as float */
     const float *norm_w;           /* gated norm [dv] */
-    const int64_t *op; const int32_t *oi; const uint16_t *ov;   /* out_proj [d, nv dv] */
+    qgpu_proj out;                 /* out_proj [d, nv dv] */
 } qgpu_gdn_layer;
 size_t qgpu_mlp_scratch(size_t d, size_t m);
 size_t qgpu_gdn_scratch(size_t d, size_t nk, size_t dk, size_t nv, size_t dv);

@@ -1,9 +1,11 @@
 """The forward pass's fast paths change no bit.
 
 The model calls fused products (`matvec_bf16_multi`/`matmul_bf16_multi`: one dispatch per group of
-projections of one input) and runs each DeltaNet recurrence over all of a call's tokens in one C call
-(`conv_prefill`, `deltanet_prefill`). Here their logits and states are compared bit for bit, in fp32 and
-bf16 mode, with the per-token path: one product per weight and one `conv_update`/`deltanet_step` per token.
+projections of one input), runs each DeltaNet recurrence over all of a call's tokens in one C call
+(`conv_prefill`, `deltanet_prefill`), and decodes each DeltaNet mixer and each MLP in one C call (the fused
+steps, `kernels.GdnStep` / `kernels.MlpStep`). Here their logits and states are compared bit for bit, in fp32
+and bf16 mode, with the per-token path: one product per weight and one `conv_update`/`deltanet_step` per
+token, every layer through the forward pass's own calls.
 """
 import numpy as np
 import pytest
@@ -39,6 +41,13 @@ def per_token_kernels(monkeypatch) -> None:
         monkeypatch.setattr(kernels, name, fn)
 
 
+def without_fused_steps(model, monkeypatch) -> None:
+    """Decode every layer through the forward pass's own kernel calls (no GdnStep / MlpStep)."""
+    monkeypatch.setattr(model, "_mlp_steps", {})
+    monkeypatch.setattr(model, "_gdn_steps", {})
+    monkeypatch.setattr(model, "_decode_layers", None)
+
+
 def run(model, how: str) -> tuple[np.ndarray, object]:
     """Logits [T, V] for IDS: all at once, in two prefill pieces, or one decode call per token."""
     state = model.new_state()
@@ -72,7 +81,9 @@ def assert_same_state(s, t) -> None:
 def test_fast_paths_equal_the_per_token_path(tiny, mode, how, monkeypatch):
     model = load_model(tiny, mode=mode)
     fast, fast_state = run(model, how)
+    assert model._gdn_steps and model._mlp_steps  # decode takes the fused steps
     per_token_kernels(monkeypatch)
+    without_fused_steps(model, monkeypatch)
     slow, slow_state = run(model, how)
     assert_same_bits(fast, slow)
     assert_same_state(fast_state, slow_state)
@@ -93,7 +104,9 @@ def test_deltanet_prefill_equals_per_token_decode(deltanet_only, mode):
 
 @pytest.mark.parametrize("tokens", [1, 6])
 def test_one_dispatch_per_projection_group_and_recurrence(tiny, tokens, monkeypatch):
+    """The forward pass's own calls (prefill, and decode without the fused steps)."""
     model = load_model(tiny)
+    without_fused_steps(model, monkeypatch)
     calls: dict[str, list] = {}
     for name in ("matvec_bf16_multi", "matmul_bf16_multi", "matvec_bf16", "matmul_bf16", "conv_prefill",
                  "deltanet_prefill", "conv_update", "deltanet_step", "deltanet_step_sparse"):
@@ -112,3 +125,50 @@ def test_one_dispatch_per_projection_group_and_recurrence(tiny, tokens, monkeypa
     assert len(calls["conv_prefill"]) == len(calls[delta]) == n_gdn
     assert tokens == 1 or all(a[1].shape[0] == tokens for a in calls["deltanet_prefill"])
     assert "conv_update" not in calls and "deltanet_step" not in calls
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_decode_runs_deltanet_mixers_and_mlps_as_one_c_call_each(tiny, mode, monkeypatch):
+    """With the fused steps a decode token calls the kernels module only for the attention layer (q/k/v in
+    one dispatch, o_proj), and each step once per layer."""
+    model = load_model(tiny, mode=mode)
+    types = model.config.layer_types
+    assert sorted(model._gdn_steps) == [i for i, t in enumerate(types) if t == "linear_attention"]
+    assert sorted(model._mlp_steps) == list(range(len(types)))
+    calls: dict[str, int] = {}
+    for name in ("matvec_bf16_multi", "matvec_bf16", "deltanet_step_sparse", "conv_prefill"):
+        real = getattr(kernels, name)
+        monkeypatch.setattr(kernels, name, lambda *a, _real=real, _name=name: (
+            calls.__setitem__(_name, calls.get(_name, 0) + 1), _real(*a))[1])
+    steps = {}
+    for table in (model._gdn_steps, model._mlp_steps):
+        for i, step in table.items():
+            monkeypatch.setitem(table, i, lambda *a, _s=step, _k=(id(table), i), **kw: (
+                steps.__setitem__(_k, steps.get(_k, 0) + 1), _s(*a, **kw))[1])
+    state = model.new_state()
+    model.decode(state, IDS[0])
+    n_attn = types.count("full_attention")
+    assert calls == {"matvec_bf16_multi": n_attn, "matvec_bf16": n_attn + 1}  # + the LM head
+    assert sorted(steps.values()) == [1] * (types.count("linear_attention") + len(types))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_fused_steps_of_a_quantized_model_equal_its_unfused_decode(tiny, mode, monkeypatch):
+    """Q8 projections in the fused steps: the same logits and states as the forward pass's own calls."""
+    model = load_model(tiny, mode=mode, quant="int8")
+    assert model._gdn_steps and model._mlp_steps
+    fast, fast_state = run(model, "decode")
+    without_fused_steps(model, monkeypatch)
+    slow, slow_state = run(model, "decode")
+    assert_same_bits(fast, slow)
+    assert_same_state(fast_state, slow_state)
+
+
+def test_fused_steps_take_projections_of_one_kind():
+    rng = np.random.default_rng(0)
+    dense = rng.integers(0, 2**16, (8, 4), dtype=np.uint16) & np.uint16(0xBFFF)
+    csr = kernels.SparseBF16.from_dense(dense)
+    with pytest.raises(kernels.KernelInputError, match="all CSR or all dense"):
+        kernels.MlpStep(dense, csr, np.ascontiguousarray(dense.T), np.zeros(4, np.float32), 1e-6, False)
+    with pytest.raises(kernels.KernelInputError, match="do not fit one MLP"):
+        kernels.MlpStep(dense, dense, dense, np.zeros(4, np.float32), 1e-6, False)

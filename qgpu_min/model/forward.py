@@ -139,25 +139,32 @@ class Model:
         self._head_chunks: dict[int, kernels.ChunkedBF16 | None] = {}  # SIMD level's chunk width -> chunked LM head
         self.silent_mixers = frozenset(i for i, kind in enumerate(config.layer_types)
                                        if kind == "linear_attention" and self._silent_deltanet(weights.layers[i]))
-        # decode's fused steps (one C call each) for the MLPs whose gate/up/down are all CSR (circuit
-        # layers) and for the DeltaNet mixers whose projections are
-        self._mlp_steps = {
-            i: kernels.SparseMlpStep(kernels.SparseMlp.from_weights(w["gate"], w["up"], w["down"]), w["post_norm"],
-                                     config.rms_norm_eps, mode == "bf16")
-            for i, w in enumerate(weights.layers)
-            if all(isinstance(w.get(n), kernels.SparseBF16) for n in ("gate", "up", "down"))}
+        # decode's fused steps (one C call each) for the MLPs and the DeltaNet mixers: those whose projections
+        # are all CSR (circuit layers: the MLP's active units only) and, when the products run on this CPU,
+        # those whose projections are all dense (the model's own layers, bf16 or Q8)
+        fused = ("csr", "dense") if device == "cpu" else ("csr",)
+        self._mlp_steps = {i: self._mlp_step(w) for i, w in enumerate(weights.layers)
+                           if kernels.step_weights([w["gate"], w["up"], w["down"]]) in fused}
         self._gdn_steps = {
             i: kernels.GdnStep(w, config.rms_norm_eps, mode == "bf16", config.linear_num_key_heads,
                                config.linear_key_head_dim)
             for i, w in enumerate(weights.layers)
             if config.layer_types[i] == "linear_attention"
-            and all(isinstance(w.get(n), kernels.SparseBF16) for n in ("qkv", "z", "b", "a", "out"))}
+            and kernels.step_weights([w["qkv"], w["z"], w["b"], w["a"]]) in fused
+            and kernels.step_weights([w["out"]]) == kernels.step_weights([w["qkv"]])}
         # every layer a CSR DeltaNet (the circuit-only model): a decode token is one C call for all of them
         n = len(config.layer_types)
         self._decode_layers = kernels.DecodeLayers(
             [self._gdn_steps[i] for i in range(n)], [self._mlp_steps[i] for i in range(n)],
             [i in self.silent_mixers for i in range(n)]) \
             if n and all(i in self._gdn_steps and i in self._mlp_steps for i in range(n)) else None
+
+    def _mlp_step(self, w: dict) -> kernels.MlpStep:
+        eps, bf16 = self.config.rms_norm_eps, self.mode == "bf16"
+        if isinstance(w["gate"], kernels.SparseBF16):
+            return kernels.SparseMlpStep(kernels.SparseMlp.from_weights(w["gate"], w["up"], w["down"]),
+                                         w["post_norm"], eps, bf16)
+        return kernels.MlpStep(w["gate"], w["up"], w["down"], w["post_norm"], eps, bf16)
 
     def _silent_deltanet(self, w: dict) -> bool:
         """Whether this DeltaNet layer's mixer provably outputs exactly +0 and keeps a +0 state at +0, for
@@ -377,9 +384,8 @@ class Model:
         u = self._norm(h, w["post_norm"])
         # a CSR MLP (prefill): only its active units (SparseMlp: the units down_proj reads, each product's
         # entries in their order), the same bits as the full width
-        sparse = self._mlp_steps.get(i)
-        gate, up, down = (sparse.mlp.gate, sparse.mlp.up, sparse.mlp.down) if sparse else (w["gate"], w["up"],
-                                                                                          w["down"])
+        sparse = getattr(self._mlp_steps.get(i), "mlp", None)
+        gate, up, down = (sparse.gate, sparse.up, sparse.down) if sparse else (w["gate"], w["up"], w["down"])
         gate, up = self._linears([gate, up], u)
         act = self.r(self.r(kernels.silu(gate)) * up)
         return self.r(h + self._linear(down, act))

@@ -496,30 +496,54 @@ def _csr(w: SparseBF16) -> tuple:
             ffi.from_buffer("uint16_t[]", w.values))
 
 
-def _csr_fields(struct, names: str, w: SparseBF16, keep: list) -> None:
-    """Set a layer struct's three CSR pointers (names: their prefix letter) to w's arrays; the buffers the
-    pointers come from are appended to keep, which must live as long as the struct."""
-    bufs = _csr(w)
+def _set_projection(proj, w: SparseBF16 | np.ndarray | QuantQ8, keep: list) -> None:
+    """Describe one projection of a layer struct (a qgpu_proj) to C: w's CSR arrays, or its dense bf16 bits or
+    Q8 arrays; the buffers the pointers come from are appended to keep, which must live as long as the
+    struct."""
+    if isinstance(w, SparseBF16):
+        proj.p, proj.i, proj.v = bufs = _csr(w)
+    elif isinstance(w, QuantQ8):
+        proj.m.q, proj.m.scales = bufs = (ffi.from_buffer("int8_t[]", w.q), ffi.from_buffer("float[]", w.scales))
+    else:
+        bufs = (ffi.from_buffer("uint16_t[]", check_weight("step", w)),)
+        proj.m.w = bufs[0]
+    proj.m.out = w.shape[0]
     keep.extend(bufs)
-    for suffix, buf in zip("piv", bufs):
-        setattr(struct, names + suffix, buf)
 
 
-class SparseMlpStep:
-    """One layer's sparse MLP for one token (decode) in one C call, bit-identical to the forward pass's
-    separate calls (kernels_ref.mlp_in, silu, kernels_ref.mlp_out state the math). The weights are
-    described to C once (a qgpu_mlp_layer); a call checks its activation's shape and dtype only (the
-    forward pass's own buffer)."""
+def step_weights(ws: Sequence) -> str | None:
+    """What the fused decode steps can take for these projections of one input: "csr" (all SparseBF16),
+    "dense" (all dense bf16 bits or QuantQ8), else None (mixed kinds: the forward pass's own calls)."""
+    if all(isinstance(w, SparseBF16) for w in ws):
+        return "csr"
+    if all(isinstance(w, (np.ndarray, QuantQ8)) for w in ws):
+        return "dense"
+    return None
 
-    def __init__(self, mlp: SparseMlp, norm_w: np.ndarray, eps: float, bf16: bool) -> None:
-        self.mlp, self.d, self.m = mlp, mlp.down.shape[0], mlp.units.shape[0]
-        self.norm_w = check_activation("SparseMlpStep", "norm_w", norm_w, (self.d,))
+
+class MlpStep:
+    """One layer's MLP for one token (decode) in one C call (qgpu_mlp_step), bit-identical to the forward
+    pass's separate calls (kernels_ref.mlp_in, silu, kernels_ref.mlp_out state the math): gate, up [m, d] and
+    down [d, m] all dense (bf16 bits or QuantQ8, a model's own layer) or all CSR (see SparseMlpStep). The
+    weights are described to C once (a qgpu_mlp_layer); a call checks its activation's shape and dtype only
+    (the forward pass's own buffer)."""
+
+    mlp: SparseMlp | None = None  # a CSR MLP's active units (SparseMlpStep)
+
+    def __init__(self, gate: Weight, up: Weight, down: Weight, norm_w: np.ndarray, eps: float, bf16: bool) -> None:
+        if step_weights([gate, up, down]) is None:
+            raise KernelInputError("MlpStep: gate, up and down must be all CSR or all dense")
+        self.d, self.m = down.shape[0], gate.shape[0]
+        if gate.shape != (self.m, self.d) or up.shape != (self.m, self.d) or down.shape != (self.d, self.m):
+            raise KernelInputError(f"MlpStep: gate {tuple(gate.shape)}, up {tuple(up.shape)} and down "
+                                   f"{tuple(down.shape)} do not fit one MLP")
+        self.norm_w = check_activation("MlpStep", "norm_w", norm_w, (self.d,))
         self.eps, self.bf16 = float(eps), int(bool(bf16))
         self.layer = ffi.new("qgpu_mlp_layer *")
         L, self._keep = self.layer, [_floats(self.norm_w)]
         L.d, L.m, L.w, L.eps, L.bf16 = self.d, self.m, self._keep[0], self.eps, self.bf16
-        for prefix, w in (("g", mlp.gate), ("u", mlp.up), ("d", mlp.down)):
-            _csr_fields(L, prefix, w, self._keep)
+        for proj, w in ((L.gate, gate), (L.up, up), (L.down, down)):
+            _set_projection(proj, w, self._keep)
         self.scratch_size = int(lib.qgpu_mlp_scratch(self.d, self.m))
         self._scratch = np.empty(self.scratch_size + 1, np.float32)  # reused: calls hold the lock
         self._lock = threading.Lock()
@@ -527,20 +551,31 @@ class SparseMlpStep:
     def __call__(self, h: np.ndarray, add_zero: bool) -> np.ndarray:
         """h_out = h_mid + MLP(h_mid) for h f32 [d], h_mid = R(h + 0) when add_zero (a silent mixer's exact
         +0 added) else h."""
-        h = _vec("SparseMlpStep", "h", h, self.d)
+        h = _vec("MlpStep", "h", h, self.d)
         h_out = np.empty(self.d, np.float32)
         with self._lock:
             lib.qgpu_mlp_step(self.layer, _floats(h), int(bool(add_zero)), _floats(self._scratch), _floats(h_out))
         return h_out
 
 
+class SparseMlpStep(MlpStep):
+    """A CSR MLP's step (circuit layers): only its active units (SparseMlp: the units down_proj reads)."""
+
+    def __init__(self, mlp: SparseMlp, norm_w: np.ndarray, eps: float, bf16: bool) -> None:
+        self.mlp = mlp
+        super().__init__(mlp.gate, mlp.up, mlp.down, norm_w, eps, bf16)
+
+
 class GdnStep:
-    """One CSR DeltaNet layer's mixer for one token (decode) in one C call: kernels_ref.gdn_in, the delta
-    rule as Model._delta_rule runs it (the same kernels), kernels_ref.gdn_out, bit for bit with the forward
-    pass's separate calls. The weights are described to C once (a qgpu_gdn_layer); activations and states
-    are checked for shape and dtype only."""
+    """One DeltaNet layer's mixer for one token (decode) in one C call: kernels_ref.gdn_in, the delta rule as
+    Model._delta_rule runs it (the same kernels), kernels_ref.gdn_out, bit for bit with the forward pass's
+    separate calls. in_proj_qkv/z/b/a are all CSR (a circuit layer) or all dense (bf16 bits or QuantQ8), as
+    is out_proj. The weights are described to C once (a qgpu_gdn_layer); activations and states are checked
+    for shape and dtype only."""
 
     def __init__(self, w: dict, eps: float, bf16: bool, key_heads: int, key_dim: int) -> None:
+        if step_weights([w[n] for n in ("qkv", "z", "b", "a")]) is None or step_weights([w["out"]]) is None:
+            raise KernelInputError("GdnStep: in_proj_qkv, z, b and a must be all CSR or all dense")
         self.d = w["qkv"].shape[1]
         self.c, self.nv, self.dv = w["qkv"].shape[0], w["b"].shape[0], w["gdn_norm"].shape[0]
         self.nk, self.dk = key_heads, key_dim
@@ -563,8 +598,8 @@ class GdnStep:
             setattr(L, name, buf)
         L.d, L.nk, L.dk, L.nv, L.dv, L.k = self.d, self.nk, self.dk, self.nv, self.dv, self.k
         L.eps, L.bf16, L.q_div = self.eps, self.bf16, float(np.float32(np.sqrt(self.dk)))
-        for prefix, name in (("q", "qkv"), ("z", "z"), ("b", "b"), ("a", "a"), ("o", "out")):
-            _csr_fields(L, prefix, w[name], self._keep)
+        for proj, name in ((L.qkv, "qkv"), (L.z, "z"), (L.b, "b"), (L.a, "a"), (L.out, "out")):
+            _set_projection(proj, w[name], self._keep)
         self.scratch_size = int(lib.qgpu_gdn_scratch(self.d, self.nk, self.dk, self.nv, self.dv))
         self._scratch = np.empty(self.scratch_size + 1, np.float32)
         self._lock = threading.Lock()  # the scratch buffer is reused, one call at a time
