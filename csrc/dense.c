@@ -228,15 +228,19 @@ AVX512_INLINE __mmask16 first_lanes(size_t count) { /* lanes 0 .. count - 1 of 1
     return (__mmask16)((1u << count) - 1u);
 }
 
+/* 32 consecutive values (lo: the first 16, hi: the next 16) as their even and their odd elements. */
+AVX512_INLINE void split_eo(__m512 lo, __m512 hi, __m512 *even, __m512 *odd) {
+    const __m512i even_idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    *even = _mm512_permutex2var_ps(lo, even_idx, hi);
+    *odd = _mm512_permutex2var_ps(lo, _mm512_add_epi32(even_idx, _mm512_set1_epi32(1)), hi);
+}
+
 /* The 32 floats p[0 .. count) (zeros past count) as their even and their odd elements. */
 AVX512_INLINE void load_eo32(const float *p, size_t count, __m512 *even, __m512 *odd) {
-    const __m512i even_idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i odd_idx = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
     __m512 lo = count >= 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(first_lanes(count), p);
     __m512 hi = count >= 32 ? _mm512_loadu_ps(p + 16)
                 : count > 16 ? _mm512_maskz_loadu_ps(first_lanes(count - 16), p + 16) : _mm512_setzero_ps();
-    *even = _mm512_permutex2var_ps(lo, even_idx, hi);
-    *odd = _mm512_permutex2var_ps(lo, odd_idx, hi);
+    split_eo(lo, hi, even, odd);
 }
 
 /* X [n, in] -> xd [n, eo_width(in)]: per chunk of 32 columns its 16 even then its 16 odd values. */
@@ -643,8 +647,6 @@ AVX2 static void chunk_rows_avx2(void *ctx, size_t r0, size_t r1) {
  * split into its even and odd columns here, as eo_pack does for the dense product */
 AVX512 static void chunk_rows_avx512(void *ctx, size_t r0, size_t r1) {
     const chunk_args *a = (const chunk_args *)ctx;
-    const __m512i even_idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i odd_idx = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
     for (size_t r = r0; r < r1; r++) {
         __m512 acc = _mm512_setzero_ps();
         for (int64_t c = a->ptr[r]; c < a->ptr[r + 1]; c++) {
@@ -655,8 +657,7 @@ AVX512 static void chunk_rows_avx512(void *ctx, size_t r0, size_t r1) {
                 const int8_t *w8 = a->w8 + (size_t)c * EO_CHUNK;
                 __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)w8)));
                 __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(w8 + 16))));
-                we = _mm512_permutex2var_ps(lo, even_idx, hi);
-                wo = _mm512_permutex2var_ps(lo, odd_idx, hi);
+                split_eo(lo, hi, &we, &wo);
             } else {
                 load_w_eo32(a->w + (size_t)c * EO_CHUNK, EO_CHUNK, &we, &wo); /* stored zero-padded */
             }

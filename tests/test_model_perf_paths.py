@@ -172,3 +172,6 @@ def test_fused_steps_take_projections_of_one_kind():
         kernels.MlpStep(dense, csr, np.ascontiguousarray(dense.T), np.zeros(4, np.float32), 1e-6, False)
     with pytest.raises(kernels.KernelInputError, match="do not fit one MLP"):
         kernels.MlpStep(dense, dense, dense, np.zeros(4, np.float32), 1e-6, False)
+    w = {"qkv": dense, "z": csr, "b": dense, "a": dense, "out": dense}
+    with pytest.raises(kernels.KernelInputError, match="all CSR or all dense"):
+        kernels.GdnStep(w, 1e-6, False, 1, 2)

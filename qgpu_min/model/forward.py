@@ -151,7 +151,7 @@ class Model:
             for i, w in enumerate(weights.layers)
             if config.layer_types[i] == "linear_attention"
             and kernels.step_weights([w["qkv"], w["z"], w["b"], w["a"]]) in fused
-            and kernels.step_weights([w["out"]]) == kernels.step_weights([w["qkv"]])}
+            and kernels.step_weights([w["out"]]) in fused}
         # every layer a CSR DeltaNet (the circuit-only model): a decode token is one C call for all of them
         n = len(config.layer_types)
         self._decode_layers = kernels.DecodeLayers(
@@ -375,7 +375,7 @@ class Model:
         w = self.weights.layers[i]
         silent = i in self.silent_mixers and all(i in s.zero for s in states)
         step = self._mlp_steps.get(i) if h.shape[0] == 1 else None
-        if step is not None:  # decode through a sparse MLP: one C call
+        if step is not None:  # decode through the fused MLP step: one C call
             if not silent:
                 h = self._mixer(states, i, kind, w, h)
             return step(h[0], add_zero=silent)[None]  # add_zero: the silent mixer's exact +0

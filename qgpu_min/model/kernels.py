@@ -575,7 +575,7 @@ class GdnStep:
 
     def __init__(self, w: dict, eps: float, bf16: bool, key_heads: int, key_dim: int) -> None:
         if step_weights([w[n] for n in ("qkv", "z", "b", "a")]) is None or step_weights([w["out"]]) is None:
-            raise KernelInputError("GdnStep: in_proj_qkv, z, b and a must be all CSR or all dense")
+            raise KernelInputError("GdnStep: in_proj_qkv, z, b and a must be all CSR or all dense")  # one dispatch
         self.d = w["qkv"].shape[1]
         self.c, self.nv, self.dv = w["qkv"].shape[0], w["b"].shape[0], w["gdn_norm"].shape[0]
         self.nk, self.dk = key_heads, key_dim
