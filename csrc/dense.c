@@ -14,7 +14,8 @@
  * across its T tokens, and a block of tokens of X (~512 KiB) stays in cache while the rows stream past it.
  *
  * The amx level runs the AVX-512 code, except for products whose caller says X holds bf16 values
- * (qgpu_matmul_multi with QGPU_BF16_X, bf16 mode): their bf16 matrices go to AMX tiles (amx.c).
+ * (qgpu_matmul_multi with QGPU_BF16_X, bf16 mode) or a prompt's tokens (QGPU_PROMPT): their bf16 matrices go
+ * to AMX tiles (amx.c), X as its bf16 values or, fp32, as three bf16 parts.
  */
 #include <math.h>
 #include <string.h>
@@ -40,7 +41,8 @@ typedef struct {
     float *y;
     const int8_t *q;      /* Q8: int8 weights [out, in] */
     const float *scales;  /* Q8: [out, in / 32] */
-    const uint16_t *xp;   /* amx level, bf16 activations: X packed by qgpu_amx_pack, else NULL */
+    const uint16_t *xp;   /* amx level: X packed by qgpu_amx_pack in xp_parts parts, else NULL */
+    int xp_parts;
     const float *xd;      /* AVX-512 bf16 products: X with each chunk's even columns first (eo_pack) */
 } prod_args;
 
@@ -511,26 +513,32 @@ static void multi_rows(void *ctx, size_t v0, size_t v1) {
     }
 }
 
-/* bf16 matrices at the amx level with bf16 activations (xp: X packed by qgpu_amx_pack) */
+/* bf16 matrices at the amx level with bf16 activations, or fp32 ones of a prompt (xp: X packed by
+ * qgpu_amx_pack) */
 static void amx_rows(void *ctx, size_t r0, size_t r1) {
     const prod_args *a = (const prod_args *)ctx;
-    qgpu_amx_rows(a->w, a->out, a->in, a->xp, a->n, a->y, r0, r1);
+    qgpu_amx_rows(a->w, a->out, a->in, a->xp, a->xp_parts, a->n, a->y, r0, r1);
 }
 
-/* Whether the products at this level and flags read X as eo_pack writes it: the AVX-512 bf16 tiles do */
-static int eo_packed(int level, int flags) {
-    return level >= ISA_AVX512 && !((flags & QGPU_BF16_X) && level == ISA_AMX);
+/* How many bf16 parts of X the bf16 matrices multiply on AMX tiles at this level and flags: 1 for bf16 X,
+ * 3 for fp32 X of a prompt (QGPU_PROMPT), else 0 (the AVX-512 tiles read X as eo_pack writes it, or an AVX2
+ * or generic tile reads X itself). */
+static int amx_parts(int level, int flags) {
+    if (level != ISA_AMX) return 0;
+    return (flags & QGPU_BF16_X) ? 1 : (flags & QGPU_PROMPT) ? 3 : 0;
 }
+
+static int eo_packed(int level, int flags) { return level >= ISA_AVX512 && !amx_parts(level, flags); }
 
 static void run_multi(const qgpu_matrix *ws, size_t count, size_t in, const float *x, size_t n, float *y,
-                      const uint16_t *xp, const float *xd, int round_y) {
+                      const uint16_t *xp, int xp_parts, const float *xd, int round_y) {
     multi_args m;
     size_t rows = 0, work_rows = 0;
     int level = qgpu_get_isa();
     m.count = count < QGPU_MAX_MULTI ? count : QGPU_MAX_MULTI;
     m.round_y = round_y;
     for (size_t j = 0; j < m.count; j++) {
-        prod_args a = {ws[j].w, ws[j].out, in, x, n, y + n * work_rows, ws[j].q, ws[j].scales, xp, xd};
+        prod_args a = {ws[j].w, ws[j].out, in, x, n, y + n * work_rows, ws[j].q, ws[j].scales, xp, xp_parts, xd};
         m.parts[j] = a;
         m.rows[j] = !ws[j].w ? Q8_ROWS_BY_ISA[level] : xp ? amx_rows : ROWS_BY_ISA[level];
         m.start[j] = rows;
@@ -541,24 +549,23 @@ static void run_multi(const qgpu_matrix *ws, size_t count, size_t in, const floa
 }
 
 size_t qgpu_product_scratch(size_t n, size_t in, int flags) {
-    int level = qgpu_get_isa();
-    if ((flags & QGPU_BF16_X) && level == ISA_AMX) return qgpu_amx_packed_size(n, in);
+    int level = qgpu_get_isa(), parts = amx_parts(level, flags);
+    if (parts) return parts * qgpu_amx_packed_size(n, in);
     /* floats counted in uint16s, and room to start them on a cache line (see qgpu_matmul_multi) */
     return eo_packed(level, flags) ? 2 * n * eo_width(in) + EO_ALIGN / sizeof(uint16_t) : 0;
 }
 
 size_t qgpu_product_scratch_max(size_t n, size_t in) {
-    size_t amx = qgpu_amx_packed_size(n, in), eo = 2 * n * eo_width(in) + EO_ALIGN / sizeof(uint16_t);
+    size_t amx = 3 * qgpu_amx_packed_size(n, in), eo = 2 * n * eo_width(in) + EO_ALIGN / sizeof(uint16_t);
     return amx > eo ? amx : eo;
 }
 
 int qgpu_matmul_multi(const qgpu_matrix *ws, size_t count, size_t in, const float *x, size_t n, float *y,
                       int flags, uint16_t *scratch) {
-    int level = qgpu_get_isa();
-    int amx = (flags & QGPU_BF16_X) && level == ISA_AMX;
+    int level = qgpu_get_isa(), parts = amx_parts(level, flags);
     float *xd = NULL;
-    if (amx) {
-        if (!qgpu_amx_pack(x, n, in, scratch)) return 0;
+    if (parts) {
+        if (!qgpu_amx_pack(x, n, in, parts, scratch)) return 0;
     } else if (flags & QGPU_BF16_X) {
         uint32_t low = 0;
         for (size_t i = 0; i < n * in; i++) {
@@ -575,7 +582,7 @@ int qgpu_matmul_multi(const qgpu_matrix *ws, size_t count, size_t in, const floa
         eo_pack(x, n, in, xd);
     }
 #endif
-    run_multi(ws, count, in, x, n, y, amx ? scratch : NULL, xd, (flags & QGPU_BF16_Y) != 0);
+    run_multi(ws, count, in, x, n, y, parts ? scratch : NULL, parts, xd, (flags & QGPU_BF16_Y) != 0);
     return 1;
 }
 

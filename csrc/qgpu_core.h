@@ -41,9 +41,13 @@ typedef struct {
  * QGPU_BF16_X, X holds bf16 values only (returns 0, computing nothing, when one is not); at the amx level
  * the bf16 matrices then run on AMX tiles (amx.c; Q8 matrices as without the flag), other levels compute as
  * without it. QGPU_BF16_Y: the results are rounded to bf16 (bf16.round_bf16) by the threads that wrote them.
+ * QGPU_PROMPT: X holds the tokens of one prompt, whose rows need not equal a matvec's: at the amx level, fp32
+ * X (no QGPU_BF16_X) is then split into three bf16 parts (x = hi + mid + lo exactly) multiplied on AMX tiles;
+ * a token's row is then the same bits in any QGPU_PROMPT call (n = 1 included), within fp32 summation error
+ * of the others'. Other levels compute as without it.
  * scratch: qgpu_product_scratch(n, in, flags) uint16s of workspace (X repacked for the SIMD level's tiles;
  * NULL when that is 0). Returns 1 when computed. */
-enum { QGPU_BF16_X = 1, QGPU_BF16_Y = 2 };
+enum { QGPU_BF16_X = 1, QGPU_BF16_Y = 2, QGPU_PROMPT = 4 };
 size_t qgpu_product_scratch(size_t n, size_t in, int flags);
 /* The most qgpu_product_scratch asks for at any SIMD level and flags (for workspace sized once). */
 size_t qgpu_product_scratch_max(size_t n, size_t in);
@@ -195,12 +199,12 @@ typedef void (*qgpu_range_fn)(void *ctx, size_t begin, size_t end);
 void qgpu_parallel_for(size_t n, size_t grain, size_t work, qgpu_range_fn fn, void *ctx);
 
 /* Internal (amx.c): whether AMX-BF16 can run here (asks Linux for the tiles once); X [n, in] packed into
- * qgpu_amx_packed_size(n, in) uint16s of tiles (returns 0 if a value is not a bf16); rows [r0, r1) of
- * Y = X W^T from the packed X. */
+ * parts * qgpu_amx_packed_size(n, in) uint16s of tiles (parts 1: X's bf16 values, returns 0 if a value is not
+ * a bf16; parts 3: fp32 X as hi, mid and lo bf16 parts); rows [r0, r1) of Y = X W^T from the packed X. */
 int qgpu_amx_usable(void);
 size_t qgpu_amx_packed_size(size_t n, size_t in);
-int qgpu_amx_pack(const float *x, size_t n, size_t in, uint16_t *xp);
-void qgpu_amx_rows(const uint16_t *w, size_t out, size_t in, const uint16_t *xp, size_t n, float *y, size_t r0,
-                   size_t r1);
+int qgpu_amx_pack(const float *x, size_t n, size_t in, int parts, uint16_t *xp);
+void qgpu_amx_rows(const uint16_t *w, size_t out, size_t in, const uint16_t *xp, int parts, size_t n, float *y,
+                   size_t r0, size_t r1);
 
 #endif

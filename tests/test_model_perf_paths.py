@@ -90,16 +90,42 @@ def test_fast_paths_equal_the_per_token_path(tiny, mode, how, monkeypatch):
     assert fast_state.keys  # the attention layer was exercised too
 
 
+@pytest.fixture
+def avx512_products():
+    """The avx512 SIMD level where the CPU has it: prompt products as decode's (no AMX parts)."""
+    if kernels.set_isa("avx512") != "avx512":
+        kernels.set_isa(None)
+        pytest.skip("no AVX-512 here")
+    yield
+    kernels.set_isa(None)
+
+
 @pytest.mark.parametrize("mode", MODES)
-def test_deltanet_prefill_equals_per_token_decode(deltanet_only, mode):
+def test_deltanet_prefill_equals_per_token_decode(deltanet_only, mode, avx512_products):
     # Without attention (whose softmax sums run over a different length in prefill) nothing depends on how
-    # many tokens a call holds, so the whole prompt at once must equal one decode call per token.
+    # many tokens a call holds, so the whole prompt at once must equal one decode call per token (at a level
+    # where a prompt's products are decode's; at the amx level see the next test).
     model = load_model(deltanet_only, mode=mode)
     batch, batch_state = run(model, "prefill")
     steps, step_state = run(model, "decode")
     assert_same_bits(batch, steps)
     assert_same_state(batch_state, step_state)
     assert np.any(batch_state.recurrent[0] != 0) and np.any(batch_state.conv[2] != 0)
+
+
+def test_amx_prompt_products_agree_with_decode_to_fp32_summation_order(deltanet_only):
+    """At the amx level a prompt's fp32 products run on AMX tiles as three bf16 parts: prefill and decode
+    then agree to fp32 summation order, as they do through attention anyway."""
+    if kernels.isa() != "amx":
+        pytest.skip("no AMX here")
+    model = load_model(deltanet_only, mode="fp32")
+    batch, batch_state = run(model, "prefill")
+    steps, step_state = run(model, "decode")
+    scale = np.abs(steps).max()
+    assert np.abs(batch - steps).max() <= 1e-5 * scale and not np.array_equal(batch, steps)
+    for layer in batch_state.recurrent:
+        a, b = batch_state.recurrent[layer], step_state.recurrent[layer]
+        assert np.abs(a - b).max() <= 1e-5 * np.abs(b).max()
 
 
 @pytest.mark.parametrize("tokens", [1, 6])

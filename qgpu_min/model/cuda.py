@@ -128,10 +128,11 @@ class CudaProducts:
             return ptr
 
     def matmul_bf16(self, w_bits: kernels.Weight, x: np.ndarray, bf16_x: bool = False,
-                    bf16_y: bool = False) -> np.ndarray:
-        """kernels.matmul_bf16 on the GPU for a dense bf16 weight (CSR and Q8 weights: the CPU's)."""
+                    bf16_y: bool = False, prompt: bool = False) -> np.ndarray:
+        """kernels.matmul_bf16 on the GPU for a dense bf16 weight (CSR and Q8 weights: the CPU's). The GPU
+        computes a prompt's rows (prompt=True) as any other's."""
         if not isinstance(w_bits, np.ndarray):
-            return kernels.matmul_bf16(w_bits, x, bf16_x, bf16_y)
+            return kernels.matmul_bf16(w_bits, x, bf16_x, bf16_y, prompt)
         w = kernels.check_weight("matmul_bf16", w_bits)
         out, n_in = w.shape
         x = kernels.check_activation("matmul_bf16", "x", x, (None, n_in))
@@ -152,8 +153,8 @@ class CudaProducts:
         return self.matmul_bf16(w, x[None], bf16_x, bf16_y)[0]
 
     def matmul_bf16_multi(self, ws: Sequence[kernels.Weight], x: np.ndarray, bf16_x: bool = False,
-                          bf16_y: bool = False) -> list[np.ndarray]:
-        return [self.matmul_bf16(w, x, bf16_x, bf16_y) for w in ws]
+                          bf16_y: bool = False, prompt: bool = False) -> list[np.ndarray]:
+        return [self.matmul_bf16(w, x, bf16_x, bf16_y, prompt) for w in ws]
 
     def matvec_bf16_multi(self, ws: Sequence[kernels.Weight], x: np.ndarray, bf16_x: bool = False,
                           bf16_y: bool = False) -> list[np.ndarray]:

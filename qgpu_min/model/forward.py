@@ -353,18 +353,22 @@ class Model:
 
     # ---- layers ----------------------------------------------------------------------------------------------
 
-    def _linear(self, w, x: np.ndarray) -> np.ndarray:
+    def _linear(self, w, x: np.ndarray, states: Sequence[State]) -> np.ndarray:
         """r(x @ W.T) for x (T, in); the matrix-vector kernel when T == 1. In bf16 mode the products are told
-        that x holds bf16 values (AMX tiles where the CPU has them) and round their results themselves."""
+        that x holds bf16 values (AMX tiles where the CPU has them) and round their results themselves. The
+        T > 1 tokens of one sequence (a prompt) are a prompt product (kernels.matmul_bf16's prompt: fp32 x on
+        AMX tiles as three bf16 parts where the CPU has them); one token of each of T sequences
+        (decode_batch) keeps each row the bits decode gives it."""
         if x.shape[0] == 1:
             return self.products.matvec_bf16(w, x[0], self.bf16, self.bf16)[None]
-        return self.products.matmul_bf16(w, x, self.bf16, self.bf16)
+        return self.products.matmul_bf16(w, x, self.bf16, self.bf16, len(states) == 1)
 
-    def _linears(self, ws: list, x: np.ndarray) -> list[np.ndarray]:
-        """[_linear(w, x) for w in ws], bit for bit, in one parallel dispatch (projections of one input)."""
+    def _linears(self, ws: list, x: np.ndarray, states: Sequence[State]) -> list[np.ndarray]:
+        """[_linear(w, x, states) for w in ws], bit for bit, in one parallel dispatch (projections of one
+        input)."""
         if x.shape[0] == 1:
             return [y[None] for y in self.products.matvec_bf16_multi(ws, x[0], self.bf16, self.bf16)]
-        return self.products.matmul_bf16_multi(ws, x, self.bf16, self.bf16)
+        return self.products.matmul_bf16_multi(ws, x, self.bf16, self.bf16, len(states) == 1)
 
     def _norm(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
         return self.r(kernels.rmsnorm(x, w, self.config.rms_norm_eps, plus_one=True))
@@ -386,9 +390,9 @@ class Model:
         # entries in their order), the same bits as the full width
         sparse = getattr(self._mlp_steps.get(i), "mlp", None)
         gate, up, down = (sparse.gate, sparse.up, sparse.down) if sparse else (w["gate"], w["up"], w["down"])
-        gate, up = self._linears([gate, up], u)
+        gate, up = self._linears([gate, up], u, states)
         act = self.r(self.r(kernels.silu(gate)) * up)
-        return self.r(h + self._linear(down, act))
+        return self.r(h + self._linear(down, act, states))
 
     def _decode_all(self, state: State, h: np.ndarray) -> np.ndarray:
         """One token through every layer in one C call (kernels.DecodeLayers): what _layer does layer by
@@ -430,7 +434,7 @@ class Model:
     def _deltanet(self, states: Sequence[State], i: int, w: dict, u: np.ndarray) -> np.ndarray:
         cfg, r, T = self.config, self.r, u.shape[0]
         nv, dv = cfg.linear_num_value_heads, cfg.linear_value_head_dim
-        mixed, z, b, a = self._linears([w["qkv"], w["z"], w["b"], w["a"]], u)  # mixed (T, conv_dim): [q|k|v]
+        mixed, z, b, a = self._linears([w["qkv"], w["z"], w["b"], w["a"]], u, states)  # mixed (T, conv_dim): [q|k|v]
         z = z.reshape(T, nv, dv)
         # causal conv: a recurrence over each sequence's tokens through its conv_state, in one call
         o = np.concatenate([r(self._delta_rule(state, i, w, r(kernels.conv_prefill(state.conv[i], mixed[rows],
@@ -441,7 +445,7 @@ class Model:
             o = r(r(w["gdn_norm"] * n) * kernels.silu(z))
         else:
             o = kernels.gated_rmsnorm(o, z, w["gdn_norm"], cfg.rms_norm_eps)
-        return self._linear(w["out"], o.reshape(T, nv * dv))
+        return self._linear(w["out"], o.reshape(T, nv * dv), states)
 
     def _clean_flags(self, state: State, i: int) -> np.ndarray:
         """Layer i's flags for the sparse-key path (kernels.deltanet_step_sparse); none yet: unknown (0),
@@ -519,7 +523,7 @@ class Model:
     def _attention(self, states: Sequence[State], i: int, w: dict, u: np.ndarray) -> np.ndarray:
         cfg, r, T = self.config, self.r, u.shape[0]
         nq, nkv, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        qg, k, v = self._linears([w["q"], w["k"], w["v"]], u)
+        qg, k, v = self._linears([w["q"], w["k"], w["v"]], u, states)
         if cfg.attn_output_gate:  # rows interleaved per head: [query (hd) | gate (hd)]
             qg = qg.reshape(T, nq, 2 * hd)
             q, gate = qg[..., :hd], qg[..., hd:].reshape(T, nq * hd)
@@ -537,7 +541,7 @@ class Model:
         out = np.concatenate(outs)
         if gate is not None:
             out = r(out * r(kernels.sigmoid(gate)))
-        return self._linear(w["o"], np.ascontiguousarray(out))
+        return self._linear(w["o"], np.ascontiguousarray(out), states)
 
 
 def model_from_tensors(config: dict | TextConfig, tensors: dict[str, np.ndarray], mode: str = "fp32",

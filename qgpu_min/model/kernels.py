@@ -118,24 +118,27 @@ def matvec_bf16(w_bits: Weight, x: np.ndarray, bf16_x: bool = False, bf16_y: boo
     return _multi("matvec_bf16", [w], x[None], bf16_x, bf16_y)[0][0]
 
 
-def matmul_bf16(w_bits: Weight, x: np.ndarray, bf16_x: bool = False, bf16_y: bool = False) -> np.ndarray:
+def matmul_bf16(w_bits: Weight, x: np.ndarray, bf16_x: bool = False, bf16_y: bool = False,
+                prompt: bool = False) -> np.ndarray:
     """Y = X W^T: W bf16 [out, in] (dense uint16 bits or SparseBF16, or a QuantQ8), X f32 [n, in] -> f32 [n, out].
-    bf16_x, bf16_y as for matvec_bf16."""
+    bf16_x, bf16_y as for matvec_bf16. prompt: X holds a prompt's tokens, whose rows need not equal
+    matvec_bf16's: at the amx level fp32 X then runs on AMX tiles as three bf16 parts (x = hi + mid + lo), a
+    token's row the same bits in any prompt product and within fp32 summation error of the others'."""
     if isinstance(w_bits, SparseBF16):
         return _rounded(sparse_matmul(w_bits, x), bf16_y)
     w = w_bits if isinstance(w_bits, QuantQ8) else check_weight("matmul_bf16", w_bits)
     x = check_activation("matmul_bf16", "x", x, (None, w.shape[1]))
-    return _multi("matmul_bf16", [w], x, bf16_x, bf16_y)[0]
+    return _multi("matmul_bf16", [w], x, bf16_x, bf16_y, prompt)[0]
 
 
 def matmul_bf16_multi(ws: Sequence[Weight], x: np.ndarray, bf16_x: bool = False,
-                      bf16_y: bool = False) -> list[np.ndarray]:
-    """[matmul_bf16(w, x, bf16_x, bf16_y) for w in ws], bit for bit, with the dense weights in one parallel
-    dispatch (fewer thread wake-ups when several projections read the same input): X f32 [n, in] ->
+                      bf16_y: bool = False, prompt: bool = False) -> list[np.ndarray]:
+    """[matmul_bf16(w, x, bf16_x, bf16_y, prompt) for w in ws], bit for bit, with the dense weights in one
+    parallel dispatch (fewer thread wake-ups when several projections read the same input): X f32 [n, in] ->
     [f32 [n, out_j]]."""
     n_in = _multi_width("matmul_bf16_multi", ws)
     x = check_activation("matmul_bf16_multi", "x", x, (None, n_in))
-    return _multi("matmul_bf16_multi", ws, x, bf16_x, bf16_y)
+    return _multi("matmul_bf16_multi", ws, x, bf16_x, bf16_y, prompt)
 
 
 def matvec_bf16_multi(ws: Sequence[Weight], x: np.ndarray, bf16_x: bool = False,
@@ -169,11 +172,13 @@ def _multi_width(fn: str, ws: object) -> int:
     return n_in
 
 
-def _multi(fn: str, ws: Sequence[Weight], x: np.ndarray, bf16_x: bool, bf16_y: bool) -> list[np.ndarray]:
+def _multi(fn: str, ws: Sequence[Weight], x: np.ndarray, bf16_x: bool, bf16_y: bool,
+           prompt: bool = False) -> list[np.ndarray]:
     """The products of checked weights; the dense ones' (bf16 and Q8) results are views of one buffer, which
     the C call fills in groups of up to QGPU_MAX_MULTI matrices."""
     n, n_in = x.shape
-    flags = (lib.QGPU_BF16_X if bf16_x else 0) | (lib.QGPU_BF16_Y if bf16_y else 0)
+    flags = (lib.QGPU_BF16_X if bf16_x else 0) | (lib.QGPU_BF16_Y if bf16_y else 0) | \
+        (lib.QGPU_PROMPT if prompt else 0)
     scratch = _scratch(lib.qgpu_product_scratch(n, n_in, flags))
     dense = [w for w in ws if not isinstance(w, SparseBF16)]
     buf = np.empty(n * sum(w.shape[0] for w in dense), np.float32)
