@@ -11,6 +11,7 @@ from qgpu_min.model import kernels_ref as R
 from qgpu_min.model.bf16 import f32_to_bf16
 
 from ccore_fixtures import isa, threads  # noqa: F401  (pytest fixtures)
+from test_kernels_bf16x import _bits
 from test_kernels_dense import _summation_bound
 
 # Around the tiles' sizes: 16 rows, 16 tokens, 32 columns (and the AVX levels' 4 x 4 tiles).
@@ -21,10 +22,6 @@ def _case(rng, out, n_in, n):
     w = f32_to_bf16(rng.standard_normal((out, n_in)).astype(np.float32))
     x = (rng.standard_normal((n, n_in)) * np.exp2(rng.integers(-20, 20, (n, n_in)))).astype(np.float32)
     return w, x
-
-
-def _bits(a: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(a).view(np.uint32)
 
 
 @pytest.mark.parametrize("out, n_in, n", SHAPES)
