@@ -548,15 +548,17 @@ static void run_multi(const qgpu_matrix *ws, size_t count, size_t in, const floa
     qgpu_parallel_for(rows, ROW_GRAIN, work_rows * in * (n ? n : 1), multi_rows, &m);
 }
 
+/* uint16s for eo_pack's floats, with room to start them on a cache line (see qgpu_matmul_multi) */
+static size_t eo_scratch(size_t n, size_t in) { return 2 * n * eo_width(in) + EO_ALIGN / sizeof(uint16_t); }
+
 size_t qgpu_product_scratch(size_t n, size_t in, int flags) {
     int level = qgpu_get_isa(), parts = amx_parts(level, flags);
     if (parts) return parts * qgpu_amx_packed_size(n, in);
-    /* floats counted in uint16s, and room to start them on a cache line (see qgpu_matmul_multi) */
-    return eo_packed(level, flags) ? 2 * n * eo_width(in) + EO_ALIGN / sizeof(uint16_t) : 0;
+    return eo_packed(level, flags) ? eo_scratch(n, in) : 0;
 }
 
 size_t qgpu_product_scratch_max(size_t n, size_t in) {
-    size_t amx = 3 * qgpu_amx_packed_size(n, in), eo = 2 * n * eo_width(in) + EO_ALIGN / sizeof(uint16_t);
+    size_t amx = 3 * qgpu_amx_packed_size(n, in), eo = eo_scratch(n, in);
     return amx > eo ? amx : eo;
 }
 

@@ -195,18 +195,25 @@ def _multi(fn: str, ws: Sequence[Weight], x: np.ndarray, bf16_x: bool, bf16_y: b
         matrices = ffi.new("qgpu_matrix[]", len(group))
         keep = []  # the buffers the C structs point into, alive until the call returns
         for m, w in zip(matrices, group):
-            if isinstance(w, QuantQ8):
-                keep += [ffi.from_buffer("int8_t[]", w.q), ffi.from_buffer("float[]", w.scales)]
-                m.q, m.scales = keep[-2], keep[-1]
-            else:
-                keep.append(ffi.from_buffer("uint16_t[]", w))
-                m.w = keep[-1]
-            m.out = w.shape[0]
+            _set_matrix(m, w, keep)
         if not lib.qgpu_matmul_multi(matrices, len(group), n_in, _floats(x), n, _floats(buf[offset:]), flags,
                                      ffi.from_buffer("uint16_t[]", scratch)):
             check_bf16_values(fn, x)  # the C check of the first group failed: nothing computed yet
         offset += n * sum(w.shape[0] for w in group)
     return ys
+
+
+def _set_matrix(m, w: np.ndarray | QuantQ8, keep: list) -> None:
+    """Describe a checked dense weight to C (a qgpu_matrix): its bf16 bits, or its Q8 weights and scales; the
+    buffers the pointers come from are appended to keep, which must live as long as the struct."""
+    if isinstance(w, QuantQ8):
+        bufs = (ffi.from_buffer("int8_t[]", w.q), ffi.from_buffer("float[]", w.scales))
+        m.q, m.scales = bufs
+    else:
+        bufs = (ffi.from_buffer("uint16_t[]", w),)
+        m.w = bufs[0]
+    m.out = w.shape[0]
+    keep.extend(bufs)
 
 
 _per_thread = threading.local()
@@ -507,13 +514,10 @@ def _set_projection(proj, w: SparseBF16 | np.ndarray | QuantQ8, keep: list) -> N
     struct."""
     if isinstance(w, SparseBF16):
         proj.p, proj.i, proj.v = bufs = _csr(w)
-    elif isinstance(w, QuantQ8):
-        proj.m.q, proj.m.scales = bufs = (ffi.from_buffer("int8_t[]", w.q), ffi.from_buffer("float[]", w.scales))
+        proj.m.out = w.shape[0]
+        keep.extend(bufs)
     else:
-        bufs = (ffi.from_buffer("uint16_t[]", check_weight("step", w)),)
-        proj.m.w = bufs[0]
-    proj.m.out = w.shape[0]
-    keep.extend(bufs)
+        _set_matrix(proj.m, w if isinstance(w, QuantQ8) else check_weight("step", w), keep)
 
 
 def step_weights(ws: Sequence) -> str | None:
