@@ -99,27 +99,86 @@ enum { ELEMENTWISE_GRAIN = 1024 };
     PARALLEL_ELEMENTWISE(name, name##_serial, cost)
 
 ELEMENTWISE(exp, exp_core(v), 16)
-ELEMENTWISE_SERIAL(silu_dense, v / (1.0f + exp_core(-v)))
+ELEMENTWISE_SERIAL(silu_formula, v / (1.0f + exp_core(-v)))
 ELEMENTWISE(sigmoid, 1.0f / (1.0f + exp_core(-v)), 16)
 ELEMENTWISE(round_bf16_to, qgpu_bf16_round(v), 2)
 
 void qgpu_round_bf16(float *x, size_t n) { qgpu_round_bf16_to(x, n, x); }
 
-/* silu(+-0) is that same zero (0 / 2), so blocks of zeros, most of a circuit layer's activations, are
- * copied; the other blocks take the vectorized loop. Same bits either way. */
-enum { SILU_BLOCK = 64 };
+/* SiLU's value is known without the exp on most of a circuit layer's activations, the same bits as the
+ * formula v / (1 + exp(-v)): v >= 17 gives v (exp(-17) < 2^-24, so 1 + exp(-v) rounds to 1; +inf too),
+ * -inf < v <= -89 gives -0 (exp(89) overflows to inf, and a finite v / inf is -0), and +-0 gives itself
+ * (+-0 / 2). The other values are gathered and take the vectorized loop; tests/test_kernels_silu.py
+ * compares every float of the boundary ranges and random ones with qgpu_silu_formula. */
+enum { SILU_BLOCK = 256 };
+
+/* The known values of x[0..len) written to y; the others' positions to at, their values to in; returns how
+ * many (plain C: one branch-free step per value). */
+static size_t silu_known(const float *x, size_t len, float *y, float *in, uint32_t *at) {
+    const uint32_t ninf = 0xFF800000u;
+    size_t k = 0;
+    for (size_t j = 0; j < len; j++) {
+        float v = x[j];
+        uint32_t b = qgpu_float_bits(v);
+        uint32_t big = v >= 17.0f, neg = v <= -89.0f && b != ninf, zero = !(b & 0x7FFFFFFFu);
+        y[j] = neg ? -0.0f : v;
+        in[k] = v;
+        at[k] = (uint32_t)j;
+        k += !(big | neg | zero);
+    }
+    return k;
+}
+
+#if QGPU_SIMD_BUILDS
+#include <immintrin.h>
+/* The same, 8 values a compare: the known lanes stored at once, the others gathered one by one. */
+__attribute__((target("avx2"))) static size_t silu_known_avx2(const float *x, size_t len, float *y, float *in,
+                                                                uint32_t *at) {
+    const __m256 c17 = _mm256_set1_ps(17.0f), cm89 = _mm256_set1_ps(-89.0f), ninf = _mm256_set1_ps(-INFINITY);
+    const __m256 mzero = _mm256_set1_ps(-0.0f);
+    const __m256i abs = _mm256_set1_epi32(0x7FFFFFFF);
+    size_t k = 0, j = 0;
+    for (; j + 8 <= len; j += 8) {
+        __m256 v = _mm256_loadu_ps(x + j);
+        __m256 neg = _mm256_and_ps(_mm256_cmp_ps(v, cm89, _CMP_LE_OQ), _mm256_cmp_ps(v, ninf, _CMP_NEQ_OQ));
+        __m256 zero = _mm256_castsi256_ps(
+            _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(v), abs), _mm256_setzero_si256()));
+        __m256 known = _mm256_or_ps(_mm256_or_ps(_mm256_cmp_ps(v, c17, _CMP_GE_OQ), neg), zero);
+        _mm256_storeu_ps(y + j, _mm256_blendv_ps(v, mzero, neg));
+        unsigned mid = ~(unsigned)_mm256_movemask_ps(known) & 0xFFu;
+        while (mid) {
+            unsigned r = (unsigned)__builtin_ctz(mid);
+            in[k] = x[j + r];
+            at[k++] = (uint32_t)(j + r);
+            mid &= mid - 1;
+        }
+    }
+    size_t rest = silu_known(x + j, len - j, y + j, in + k, at + k);
+    for (size_t i = 0; i < rest; i++) at[k + i] += (uint32_t)j;
+    return k + rest;
+}
+#endif
 
 static void silu_blocks(const float *x, size_t n, float *y) {
+    float in[SILU_BLOCK], out[SILU_BLOCK];
+    uint32_t at[SILU_BLOCK];
+#if QGPU_SIMD_BUILDS
+    size_t (*known)(const float *, size_t, float *, float *, uint32_t *) =
+        qgpu_get_isa() >= 1 ? silu_known_avx2 : silu_known;
+#else
+    size_t (*known)(const float *, size_t, float *, float *, uint32_t *) = silu_known;
+#endif
     for (size_t i = 0; i < n; i += SILU_BLOCK) {
         size_t len = n - i < SILU_BLOCK ? n - i : SILU_BLOCK;
-        uint32_t any = 0;
-        for (size_t j = 0; j < len; j++) any |= qgpu_float_bits(x[i + j]) & 0x7FFFFFFFu;
-        if (any)
-            silu_dense_serial(x + i, len, y + i);
-        else
-            memcpy(y + i, x + i, len * sizeof *y);
+        size_t k = known(x + i, len, y + i, in, at);
+        if (!k) continue;
+        silu_formula_serial(in, k, out);
+        for (size_t j = 0; j < k; j++) y[i + at[j]] = out[j];
     }
 }
+
+/* The formula on every value (the reference of qgpu_silu, for tests). */
+void qgpu_silu_formula(const float *x, size_t n, float *y) { silu_formula_serial(x, n, y); }
 
 PARALLEL_ELEMENTWISE(silu, silu_blocks, 16) /* ranges start at multiples of 1024: the same blocks */
 

@@ -102,6 +102,9 @@ void qgpu_round_bf16(float *x, size_t n);
  * exp(-x)), sigmoid 1 / (1 + exp(-x)). */
 void qgpu_exp(const float *x, size_t n, float *y);
 void qgpu_silu(const float *x, size_t n, float *y);
+/* qgpu_silu's reference: the formula on every value, where qgpu_silu skips the exp for values whose SiLU is
+ * known (the same bits). */
+void qgpu_silu_formula(const float *x, size_t n, float *y);
 void qgpu_sigmoid(const float *x, size_t n, float *y);
 /* rows x d: y = (x * (1 / sqrt(sum(x^2) + eps))) / divisor */
 void qgpu_l2norm(const float *x, size_t rows, size_t d, float eps, float divisor, float *y);
@@ -147,6 +150,98 @@ void qgpu_gdn_step(const qgpu_gdn_layer *layer, const float *h, float *conv_stat
 void qgpu_decode_layers(size_t n, const qgpu_gdn_layer *const *gdn, const qgpu_mlp_layer *const *mlp,
                         const int32_t *silent, int32_t *zero, float *const *conv, float *const *S,
                         int32_t *const *clean, float *h, float *scratch);
+/* The step engine of a circuit-only model (circuit.c; model/step_engine.py): a whole stack of CSR DeltaNet
+ * layers, the final norm and the LM head over the rows a protocol allows, bit for bit what the per-token
+ * path (qgpu_decode_layers, the head's chunked product) computes, doing only the work whose result is not
+ * known in advance. A sparse matrix in slices of QGPU_SELL_LANES rows (SELL): slice s's entries are steps
+ * start[s] .. start[s+1], each step one entry per lane (cols, vals: [LANES * steps]), padding at column `in`
+ * with weight +0; lane r of slice s is output row dest[LANES s + r] (-1: none). y[dest] = the lane's sum in
+ * step order from +0; rows of y no lane names are left as they are. */
+enum { QGPU_SELL_LANES = 8 };
+typedef struct {
+    size_t slices;
+    const int32_t *start;
+    const int32_t *cols;
+    const float *vals;
+    const int32_t *dest;
+} qgpu_sell;
+void qgpu_sell_matvec(const qgpu_sell *a, const float *x, float *y);
+/* y [d] = sum over the columns j of a CSC matrix [d, m] (ptr [m + 1], rows, vals) with act[j] not +-0, in
+ * increasing j, from +0 (an empty row's CSR sum); idx: int32 [m] of workspace. */
+void qgpu_csc_active(size_t m, size_t d, const int64_t *ptr, const int32_t *rows, const float *vals,
+                     const float *act, float *y, int32_t *idx);
+/* A CSR MLP (its active units, SparseMlp): gate, up [m, d] as SELL (x = u [d + 1], u[d] = +0), down [d, m]
+ * by column. */
+typedef struct {
+    size_t d, m;
+    const float *w;
+    float eps;
+    int bf16;
+    qgpu_sell gate, up;
+    const int64_t *down_ptr;
+    const int32_t *down_rows;
+    const float *down_vals;
+} qgpu_cmlp;
+/* A CSR DeltaNet mixer: qkv over its active channels (the nonzero rows, ascending; SELL dest = channel), z
+ * over z_rows (the nonzero rows of the value heads out_proj reads), b and a [nv], out over out_rows (its
+ * nonzero rows); qk_heads: the query heads (0 .. nk-1) and key heads (nk + i) with an active channel;
+ * read_heads: the value heads whose out_proj columns hold a nonzero. */
+typedef struct {
+    size_t d, nk, dk, nv, dv, k;
+    const float *in_norm;
+    float eps;
+    int bf16;
+    qgpu_sell qkv, z, b, a, out;
+    size_t n_active, n_z_rows, n_qk_heads, n_read, n_out_rows;
+    const int32_t *active, *z_rows, *qk_heads, *read_heads, *out_rows;
+    const float *conv_w, *a_log, *dt_bias;
+    float q_div;
+    const float *norm_w;
+} qgpu_cgdn;
+/* Workspace floats of a layer's MLP / mixer; a mixer's workspace holds its idle channels' constants, set by
+ * qgpu_cgdn_ws_init (0: out of memory); qgpu_cgdn_state_ok: a conv state is +0 on every idle channel. */
+size_t qgpu_cmlp_ws(const qgpu_cmlp *layer);
+size_t qgpu_cgdn_ws(const qgpu_cgdn *layer);
+int qgpu_cgdn_ws_init(const qgpu_cgdn *layer, float *ws);
+int qgpu_cgdn_state_ok(const qgpu_cgdn *layer, const float *conv_state);
+/* The LM head's rows for one set of tokens, as ChunkedBF16 (qgpu_chunked_matvec_bf16's arguments), and their
+ * token ids, ascending. */
+typedef struct {
+    size_t rows, n_in, width;
+    const int64_t *ptr;
+    const int32_t *cols;
+    const uint16_t *w;
+    const int8_t *w8;
+    const int64_t *ids;
+} qgpu_head_set;
+typedef struct {
+    size_t n, d;
+    const qgpu_cgdn *const *gdn;
+    const qgpu_cmlp *const *mlp;
+    const int32_t *silent;
+    const uint16_t *embed;      /* [V, d] bf16 bits */
+    const float *final_norm;
+    float eps;
+    int bf16;
+    size_t n_sets;
+    const qgpu_head_set *sets;
+    const int32_t *next_set;    /* [V]: the set of the logits after each token, -1 after a stop token */
+} qgpu_circuit;
+/* One state's arrays: zero [n] (1 = layer still all +0; updated), conv [n][c, k-1], S, clean [n][nv]. */
+typedef struct {
+    int32_t *zero;
+    float *const *conv;
+    float *const *S;
+    int32_t *const *clean;
+} qgpu_circuit_state;
+/* h [d] through every layer in place (ws[2 i], ws[2 i + 1]: layer i's mixer and MLP workspaces; tmp [d]). */
+void qgpu_circuit_layers(const qgpu_circuit *c, const qgpu_circuit_state *st, float *h, float *const *ws,
+                         float *tmp);
+void qgpu_circuit_embed(const qgpu_circuit *c, int64_t token, float *h);
+void qgpu_circuit_final(const qgpu_circuit *c, const float *h, float *x);
+int64_t qgpu_head_argmax(const qgpu_head_set *set, const float *x, int bf16, float *logits);
+int64_t qgpu_circuit_decode(const qgpu_circuit *c, const qgpu_circuit_state *st, int64_t token, float *const *ws,
+                            float *scratch, int64_t *out, size_t max_tokens);
 /* CDEF END */
 
 /* bf16.round_bf16 for one value: round to nearest, ties to even; a NaN keeps its sign and top payload bits

@@ -8,12 +8,15 @@ took and which it was (--cold compiles into a fresh temporary cache, so the firs
 measured), then the runtime model built from its layers. Then the launches: examples/dot.cu with the README's
 arguments and three small kernels written here, within the GPU's limits today (one warp of <= 4 threads,
 one CTA, word loads and stores, atomics). Each runs through qgpu_min.host.launch.launch(..., backend='circuit')
-with Model.prefill and Model.decode wrapped to time them apart, and through backend='interp'. Per launch:
-prompt and generated tokens, prefill seconds and tokens/s, decode tokens/s (decode calls: every generated
-token but the last, which is HALT and is not fed back), peak RSS so far, both backends' launch times and
-their ratio, and whether the arrays agree. `tokens_per_s` is decode tokens over decode seconds of all
-launches. Times are the best of --repeat runs; nothing here asserts a time. The 1-minute load average is
-printed first: on a shared machine it says how far to trust the numbers.
+with the step engine's prefill and decode (model/step_engine.py) wrapped to time them apart, and through
+backend='interp'. Per launch: prompt and generated tokens, prefill seconds and tokens/s, decode tokens/s
+(tokens fed back: every generated token but the last, which is HALT), peak RSS so far, both backends' launch
+times and their ratio, and whether the arrays agree. Beside it, the per-token path the engine replaces: the
+same launch's tokens replayed through Model.prefill and Model.decode with the whole vocabulary's argmax
+(column `per-tok`, and `per_token_tokens_per_s`), taking turns with the engine run, and whether it chose the
+same tokens. `tokens_per_s` is decode tokens over decode seconds of all launches. Times are the best of
+--repeat runs; nothing here asserts a time. The 1-minute load average is printed first: on a shared machine
+it says how far to trust the numbers.
 
 --model DIR runs the same launches through a merged checkpoint (backend='model': every Qwen layer after the
 GPU's, the whole vocabulary's logits) instead of the circuit-only model; "GPU" then reports loading it.
@@ -95,6 +98,31 @@ class ModelTimer:
         self.model.prefill, self.model.decode = self._prefill, self._decode
 
 
+class EngineTimer(ModelTimer):
+    """The same for a step engine: its prefill (tokens fed) and decode (tokens generated, each fed in turn)."""
+
+    def decode(self, state, token_id, *args, **kwargs):
+        t0 = time.perf_counter()
+        out = self._decode(state, token_id, *args, **kwargs)
+        self.decode_s += time.perf_counter() - t0
+        self.decode_tokens += len(out)
+        return out
+
+
+def per_token_replay(model, prompt: list[int], generated: list[int]) -> tuple[float, float, bool]:
+    """The per-token path the engine replaces, over a launch's tokens: Model.prefill, then Model.decode of each
+    generated token but the last, each step's argmax over the whole vocabulary. (prefill s, decode s, whether
+    every argmax is the launch's token.)"""
+    import numpy as np
+    state = model.new_state()
+    t0 = time.perf_counter()
+    same = int(np.argmax(model.prefill(state, prompt))) == generated[0]
+    t1 = time.perf_counter()
+    for i, t in enumerate(generated[:-1]):
+        same &= int(np.argmax(model.decode(state, t))) == generated[i + 1]
+    return t1 - t0, time.perf_counter() - t1, bool(same)
+
+
 def load_merged_gpu(model_dir: str) -> tuple[object, dict]:
     """A merged checkpoint, loaded once and registered where backend 'model' finds it (so the launches use
     this object, whose model the timer wraps), timed."""
@@ -169,7 +197,7 @@ def bench_launch(name: str, kernels: tuple, timer: ModelTimer, mode: str, repeat
 
     machine_k, gpu_k, args, threads = kernels
     interp, interp_s = best(lambda: launch(machine_k, args, block=(threads, 1), backend="interp"), repeat)
-    runs = []
+    runs, per_token = [], []
     for _ in range(repeat):
         cg.loaded.clear()
         timer.reset()
@@ -177,6 +205,9 @@ def bench_launch(name: str, kernels: tuple, timer: ModelTimer, mode: str, repeat
         res = launch(gpu_k, args, block=(threads, 1), backend=backend, mode=mode, **options)
         total = time.perf_counter() - t0
         runs.append((total, timer.prefill_s, timer.decode_s, timer.prefill_tokens, timer.decode_tokens, res))
+        if model_dir is None:     # the per-token path, in turn with the engine's run
+            trace = res.extra["trace"]
+            per_token.append(per_token_replay(cg.model(mode), trace["prompt_ids"], trace["generated_ids"]))
     circuit_s = min(r[0] for r in runs)
     prefill_s = min(r[1] for r in runs)
     decode_s = min(r[2] for r in runs)
@@ -184,7 +215,14 @@ def bench_launch(name: str, kernels: tuple, timer: ModelTimer, mode: str, repeat
     again, kept_s = best(lambda: launch(gpu_k, args, block=(threads, 1), backend=backend, mode=mode, **options),
                          repeat)
     match = all(list(r.arrays[k]) == list(interp.arrays[k]) for r in (res, again) for k in interp.arrays)
-    return {"name": name, "threads": threads, "arrays": {k: [int(x) for x in v] for k, v in res.arrays.items()},
+    extra = {}
+    if per_token:
+        pt_decode = min(p[1] for p in per_token)
+        extra = {"per_token_prefill_s": round(min(p[0] for p in per_token), 4), "per_token_decode_s": round(pt_decode, 4),
+                 "per_token_decode_tokens_per_s": round(decode_tokens / pt_decode, 1) if pt_decode else None,
+                 "per_token_same_tokens": all(p[2] for p in per_token)}
+        match &= extra["per_token_same_tokens"]
+    return {**extra, "name": name, "threads": threads, "arrays": {k: [int(x) for x in v] for k, v in res.arrays.items()},
             "match": match, "prompt_tokens": res.tokens["prompt"], "generated_tokens": res.tokens["generated"],
             "prefill_tokens": prefill_tokens, "decode_tokens": decode_tokens,
             "prefill_s": round(prefill_s, 4), "prefill_tokens_per_s": round(prefill_tokens / prefill_s, 1),
@@ -234,7 +272,7 @@ def main() -> int:
         print(f"GPU: {gpu['layers']} layers, {gpu['vocab'] or 'all the checkpoint'}'s tokens; {gpu['source']} in "
               f"{gpu['seconds']:.2f} s ({gpu['cache_dir']}); runtime model built in {gpu['model_build_s']:.2f} s; peak RSS "
               f"{gpu['rss_mib_after_model']:.0f} MiB")
-    timer = ModelTimer(model)
+    timer = ModelTimer(model) if a.model else EngineTimer(cg.engine(a.mode))
     try:
         launches = [bench_launch(name, k, timer, a.mode, a.repeat, cg, a.model) for name, k in kernels.items()]
     finally:
@@ -246,6 +284,12 @@ def main() -> int:
     pre_s = sum(r["prefill_s"] for r in launches)
     out["tokens_per_s"] = round(dec_tokens / dec_s, 1)
     out["prefill_tokens_per_s"] = round(pre_tokens / pre_s, 1)
+    if not a.model:
+        pt_s = sum(r["per_token_decode_s"] for r in launches)
+        out["per_token_tokens_per_s"] = round(dec_tokens / pt_s, 1)
+        out["per_token_prefill_tokens_per_s"] = round(
+            sum(r["prompt_tokens"] for r in launches) / sum(r["per_token_prefill_s"] for r in launches), 1)
+        out["decode_speedup"] = round(pt_s / dec_s, 2)
     out["peak_rss_mib"] = round(rss_mib(), 1)
     out["all_match"] = all(r["match"] for r in launches)
     if a.json:
@@ -253,17 +297,22 @@ def main() -> int:
     else:
         head = (f"{'launch':<10} {'thr':>3} {'prompt':>6} {'gen':>5} {'prefill s':>9} {'pre tok/s':>9} "
                 f"{'decode s':>9} {'dec tok/s':>9} {'circuit s':>9} {'kept s':>7} {'interp s':>9} {'ratio':>7} "
-                f"{'RSS MiB':>8} ok")
+                f"{'RSS MiB':>8} {'per-tok':>7} ok")
         print("\n" + head + "\n" + "-" * len(head))
         for r in launches:
             print(f"{r['name']:<10} {r['threads']:>3} {r['prompt_tokens']:>6} {r['generated_tokens']:>5} "
                   f"{r['prefill_s']:>9.3f} {r['prefill_tokens_per_s']:>9.0f} {r['decode_s']:>9.3f} "
                   f"{r['decode_tokens_per_s'] or 0:>9.0f} {r['circuit_s']:>9.3f} {r['kept_load_s']:>7.3f} "
                   f"{r['interp_s']:>9.4f} "
-                  f"{r['circuit_over_interp']:>7.0f} {r['rss_mib']:>8.0f} {'yes' if r['match'] else 'NO'}")
+                  f"{r['circuit_over_interp']:>7.0f} {r['rss_mib']:>8.0f} "
+                  f"{r.get('per_token_decode_tokens_per_s') or 0:>7.0f} {'yes' if r['match'] else 'NO'}")
         print(f"\ndecode: {dec_tokens} tokens in {dec_s:.2f} s = {out['tokens_per_s']:.0f} tokens/s; prefill: "
               f"{pre_tokens} tokens in {pre_s:.2f} s = {out['prefill_tokens_per_s']:.0f} tokens/s; "
               f"peak RSS {out['peak_rss_mib']:.0f} MiB")
+        if not a.model:
+            print(f"per-token path (Model.prefill/decode, whole-vocabulary argmax): decode "
+                  f"{out['per_token_tokens_per_s']:.0f} tokens/s, prefill {out['per_token_prefill_tokens_per_s']:.0f} "
+                  f"tokens/s; engine decode / per-token decode: {out['decode_speedup']:.2f}x")
         print("ratio = circuit launch time / interpreter launch time (same kernel and arguments); kept s = the "
               "same launch again, its program's load taken up (prompt tokens not fed: "
               + ", ".join(f"{r['name']} {r['prompt_reused']}" for r in launches) + ")")

@@ -20,7 +20,9 @@ from ..circuit.ir import MemOp
 from ..circuit.margin import static_check
 from ..circuit.run import Readout, circuit_model, embedding_rows, read_rows, readout, row_words
 from ..model.forward import Model
+from ..model.step_engine import Rules, StepEngine
 from .core import GpuCircuit, build
+from .grammar import launch_shape_of, token_sets
 from .layout import GpuSpec
 from .program import GpuLaunchError
 from .vocab import Token, Vocab, all_tokens, token_name
@@ -42,11 +44,28 @@ class CompiledGpu:
     built: tuple | None = None                    # (GpuCircuit, Plan) when already at hand
     models: dict = field(default_factory=dict)   # mode -> Model
     loaded: OrderedDict = field(default_factory=OrderedDict)   # programs loaded before (load_state)
+    engines: dict = field(default_factory=dict)  # mode -> StepEngine
+    rules: dict = field(default_factory=dict)    # (mode, LaunchShape, whole vocabulary) -> the engine's Rules
 
     def model(self, mode: str = "fp32") -> Model:
         if mode not in self.models:
             self.models[mode] = circuit_model(self.layers, self.shape, self.embed, mode)
         return self.models[mode]
+
+    def engine(self, mode: str = "fp32") -> StepEngine:
+        """The model's step engine (the decode loop in C; model/step_engine.py)."""
+        if mode not in self.engines:
+            self.engines[mode] = StepEngine(self.model(mode))
+        return self.engines[mode]
+
+    def launch_rules(self, mode: str, prompt: list[Token], whole: bool) -> Rules:
+        """The head's token sets for a launch of this prompt (grammar.py), built once per launch shape."""
+        key = (mode, None if whole else launch_shape_of(prompt), whole)
+        if key not in self.rules:
+            self.rules[key] = self.engine(mode).rules(*token_sets(self.tokens, key[1], whole))
+            while len(self.rules) > RULES_KEPT:
+                del self.rules[next(iter(self.rules))]
+        return self.rules[key]
 
     @cached_property
     def tokens(self) -> list[Token]:
@@ -133,9 +152,10 @@ class ModelRun:
 
 
 LOADED_KEPT = 4    # programs whose loaded state a compiled GPU keeps (a state is tens of MB)
+RULES_KEPT = 16    # launch shapes whose token sets a compiled GPU keeps
 
 
-def load_state(cg: CompiledGpu | MergedGpu, model: Model, mode: str, load: list[int]):
+def load_state(cg: CompiledGpu | MergedGpu, model: Model, mode: str, load: list[int], feed=None):
     """A new sequence that has been fed `load` (a program's load part: program.prompt_parts). The model's
     state after it is kept (the last LOADED_KEPT programs per GPU) and a copy of it is taken up when the same
     ids come again: the sequence goes on from exactly the state feeding them would give, so the launch that
@@ -145,7 +165,7 @@ def load_state(cg: CompiledGpu | MergedGpu, model: Model, mode: str, load: list[
         cg.loaded.move_to_end(key)
         return copy.deepcopy(cg.loaded[key]), len(load)
     state = model.new_state()
-    model.prefill(state, load)
+    (feed or model.prefill)(state, load)
     cg.loaded[key] = copy.deepcopy(state)
     while len(cg.loaded) > LOADED_KEPT:
         cg.loaded.popitem(last=False)
@@ -160,7 +180,9 @@ def run_launch(cg: CompiledGpu | MergedGpu, prompt: list[Token], mode: str = "fp
     again. In a merged checkpoint a launch is a sequence of GPU tokens, so the argmax is over the GPU's rows
     of the LM head (a ninth of Qwen's vocabulary: the head's cost drops by as much) unless `full_vocab`,
     where it is over the whole vocabulary and a text token that wins is an error (--check asks for this);
-    the circuit-only model has only GPU tokens."""
+    the circuit-only model has only GPU tokens, and runs on its step engine (run_engine)."""
+    if isinstance(cg, CompiledGpu):
+        return run_engine(cg, prompt, mode, max_generated, on_token, load_len, full_vocab)
     model = cg.model(mode)
     subset = None if full_vocab else getattr(cg, "launch_ids", None)
     state, reused, logits = _start(cg, model, mode, prompt, load_len, subset)
@@ -172,6 +194,30 @@ def run_launch(cg: CompiledGpu | MergedGpu, prompt: list[Token], mode: str = "fp
         if not _goes_on(generated, max_generated):
             break
         logits = model.decode(state, cg.token_id(generated[-1]), token_subset=subset)
+    return ModelRun(prompt, generated, row_words(read_rows(cg.data, state.recurrent)), reused)
+
+
+def run_engine(cg: CompiledGpu, prompt: list[Token], mode: str = "fp32", max_generated: int = 100000,
+               on_token=None, load_len: int = 0, full_vocab: bool = False) -> ModelRun:
+    """run_launch on the step engine: the prompt and the whole decode loop in C, the head over the tokens the
+    protocol allows after each one (grammar.py; the whole vocabulary with full_vocab). The same tokens and
+    state as Model.decode's loop, bit for bit (tests/test_step_engine.py). With on_token the loop goes one
+    token per call, so the callback sees the state after each."""
+    engine, model = cg.engine(mode), cg.model(mode)
+    rules = cg.launch_rules(mode, prompt, full_vocab)
+    ids = [cg.token_id(t) for t in prompt]
+    state, reused = load_state(cg, model, mode, ids[:load_len], engine.prefill) if load_len \
+        else (model.new_state(), 0)
+    generated = [cg.token_at(engine.first(state, ids[load_len:], rules))]
+    while True:
+        if on_token is not None:
+            on_token(len(generated) - 1, generated[-1], state)
+        if not _goes_on(generated, max_generated):
+            break
+        want = 1 if on_token is not None else max_generated - len(generated)
+        generated += [cg.token_at(i) for i in engine.decode(state, cg.token_id(generated[-1]), rules, want)]
+        if on_token is None and not _goes_on(generated, max_generated):
+            break
     return ModelRun(prompt, generated, row_words(read_rows(cg.data, state.recurrent)), reused)
 
 

@@ -98,7 +98,8 @@ class State:
     recurrent/conv arrays itself must drop the layer from both. zero: DeltaNet layers whose recurrent and
     conv state are known to be +0 everywhere (new states); clean[layer]: int32 [H], 1 where that head's S is
     known finite with no -0 (kernels.deltanet_step_sparse keeps it up to date). binding: C pointers to these
-    arrays for Model's one-call decode, rebuilt when an array is not the one it points into (None in a copy).
+    arrays for Model's one-call decode, rebuilt when an array is not the one it points into (None in a copy);
+    engine_binding: the same for the step engine (model/step_engine.py).
     deferred: ids of text tokens that skipped a built checkpoint's GPU layers, 0..deferred_layers-1
     (model/text_skip.py), and still owe them their run: those layers' arrays do not include them yet
     (Model.settle runs them)."""
@@ -110,6 +111,7 @@ class State:
     zero: set[int] = field(default_factory=set)
     clean: dict[int, np.ndarray] = field(default_factory=dict)
     binding: kernels.DecodeBinding | None = field(default=None, repr=False, compare=False)
+    engine_binding: kernels.DecodeBinding | None = field(default=None, repr=False, compare=False)
     deferred: list[int] = field(default_factory=list)
     deferred_layers: int = 0
 

@@ -1,0 +1,395 @@
+"""The step engine of a circuit-only model: decode (and prefill) of a Model whose every layer is a CSR DeltaNet
+with a CSR MLP, in one C call per launch (csrc/circuit.c states what it skips and why that keeps the bits).
+
+    engine = StepEngine(model)                         # None from StepEngine.build(model) where it does not apply
+    rules = engine.rules(sets, next_set)               # the protocol: the token sets the head reads after each token
+    engine.prefill(state, ids)                         # the prompt, no head
+    ids = engine.decode(state, token, rules, limit)    # feed token and each argmax back until a stop token
+
+It computes what Model.decode computes, bit for bit: the same kernels on the same values, skipping only work
+whose result is known (tests/test_step_engine.py runs both over real GPU launches, fp32 and bf16). The head
+reads only the rows of the set the caller's protocol allows after the token just fed (each row's logit is its
+full-head bits, so the argmax is the full one whenever that lies in the set); --check asks for the set of
+every token instead. The state's arrays are the Model's own (State), so the two paths can take turns on one
+state.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from qgpu_min._core import ffi, lib
+
+from . import kernels
+from .bf16 import bf16_to_f32
+from .kernels_ref import SparseBF16
+from .forward import Model, State
+
+LANES = int(lib.QGPU_SELL_LANES)
+
+
+# ---- the engine's sparse forms (NumPy; the C core only reads them) ----------------------------------------
+
+@dataclass
+class Sell:
+    """A CSR matrix's rows `rows` in slices of LANES (qgpu_sell): longest rows first, each slice padded to
+    its longest row with weight +0 at column `pad` (where the input holds +0); dest: each lane's output
+    index (-1 for the padding lanes)."""
+    start: np.ndarray    # int32 [slices + 1], in steps
+    cols: np.ndarray     # int32 [LANES * steps]
+    vals: np.ndarray     # f32 [LANES * steps]
+    dest: np.ndarray     # int32 [LANES * slices]
+
+    @property
+    def slices(self) -> int:
+        return int(self.start.shape[0]) - 1
+
+    @classmethod
+    def of(cls, w: SparseBF16, rows: np.ndarray, dest: np.ndarray | None = None, pad: int | None = None) -> "Sell":
+        rows = np.asarray(rows, np.int64)
+        dest = rows if dest is None else np.asarray(dest, np.int64)
+        pad = w.shape[1] if pad is None else pad
+        lengths = (w.indptr[rows + 1] - w.indptr[rows]).astype(np.int64)
+        order = np.argsort(-lengths, kind="stable")
+        rows, dest, lengths = rows[order], dest[order], lengths[order]
+        n_slices = -(-rows.shape[0] // LANES)
+        lane_rows = np.full(n_slices * LANES, -1, np.int64)
+        lane_rows[:rows.shape[0]] = rows
+        lane_len = np.zeros(n_slices * LANES, np.int64)
+        lane_len[:rows.shape[0]] = lengths
+        steps = lane_len.reshape(n_slices, LANES).max(axis=1) if n_slices else np.zeros(0, np.int64)
+        start = np.zeros(n_slices + 1, np.int64)
+        np.cumsum(steps, out=start[1:])
+        total = int(start[-1])
+        cols = np.full(total * LANES, pad, np.int32)
+        vals = np.zeros(total * LANES, np.float32)
+        if total:
+            # entry e of the lane at (slice s, lane r) sits at (start[s] + e) * LANES + r
+            lane = np.repeat(np.arange(n_slices * LANES), lane_len)
+            first = np.repeat(w.indptr[np.maximum(lane_rows, 0)], lane_len)
+            e = np.arange(lane.shape[0]) - np.repeat(np.cumsum(lane_len) - lane_len, lane_len)
+            at = (start[lane // LANES] + e) * LANES + lane % LANES
+            cols[at] = w.indices[first + e]
+            vals[at] = bf16_to_f32(w.values[first + e])
+        lane_dest = np.full(n_slices * LANES, -1, np.int64)
+        lane_dest[:rows.shape[0]] = dest
+        return cls(start.astype(np.int32), cols, vals, lane_dest.astype(np.int32))
+
+    def matvec(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """The NumPy reference of qgpu_sell_matvec: y[dest] = each lane's sum in step order from +0 (x has the
+        padding's +0 at its end)."""
+        for s in range(self.slices):
+            acc = np.zeros(LANES, np.float32)
+            for k in range(int(self.start[s]), int(self.start[s + 1])):
+                acc = acc + self.vals[k * LANES:(k + 1) * LANES] * x[self.cols[k * LANES:(k + 1) * LANES]]
+            for r in range(LANES):
+                if self.dest[s * LANES + r] >= 0:
+                    y[self.dest[s * LANES + r]] = acc[r]
+        return y
+
+
+def chunk_rows(w: kernels.ChunkedBF16, ids: np.ndarray) -> tuple:
+    """(ptr, cols, values, small) of the rows `ids` of a chunked matrix, each row's chunks as they are (so
+    each row's product keeps its bits)."""
+    counts = w.ptr[ids + 1] - w.ptr[ids]
+    ptr = np.zeros(ids.size + 1, np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    take = np.repeat(w.ptr[ids] - ptr[:-1], counts) + np.arange(int(ptr[-1]))
+    lanes = (take[:, None] * w.width + np.arange(w.width)).reshape(-1)
+    return (ptr, np.ascontiguousarray(w.cols[take]), np.ascontiguousarray(w.values[lanes]),
+            None if w.small is None else np.ascontiguousarray(w.small[lanes]))
+
+
+def nonzero_rows(w: SparseBF16) -> np.ndarray:
+    return np.flatnonzero(np.diff(w.indptr) > 0).astype(np.int64)
+
+
+def csc(w: SparseBF16) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """w [d, m] by column: (ptr [m + 1], rows, f32 values); each column's entries in row order."""
+    rows = np.repeat(np.arange(w.shape[0], dtype=np.int64), np.diff(w.indptr))
+    order = np.argsort(w.indices, kind="stable")
+    ptr = np.zeros(w.shape[1] + 1, np.int64)
+    np.cumsum(np.bincount(w.indices, minlength=w.shape[1]), out=ptr[1:])
+    return ptr, rows[order].astype(np.int32), bf16_to_f32(w.values[order])
+
+
+def csc_active_ref(ptr: np.ndarray, rows: np.ndarray, vals: np.ndarray, act: np.ndarray, d: int) -> np.ndarray:
+    """The NumPy reference of qgpu_csc_active."""
+    y = np.zeros(d, np.float32)
+    for j in np.flatnonzero(act.view(np.uint32) & np.uint32(0x7FFFFFFF)):
+        for e in range(int(ptr[j]), int(ptr[j + 1])):
+            y[rows[e]] = y[rows[e]] + vals[e] * act[j]
+    return y
+
+
+# ---- C descriptions ------------------------------------------------------------------------------------
+
+def _set_sell(c, s: Sell, keep: list) -> None:
+    bufs = [ffi.from_buffer("int32_t[]", s.start), ffi.from_buffer("int32_t[]", s.cols),
+            ffi.from_buffer("float[]", s.vals), ffi.from_buffer("int32_t[]", s.dest)]
+    c.slices = s.slices
+    c.start, c.cols, c.vals, c.dest = bufs
+    keep.extend((s, *bufs))
+
+
+def _ints(a, keep: list):
+    buf = ffi.from_buffer("int32_t[]", np.ascontiguousarray(a, np.int32))
+    keep.append(buf)
+    return buf
+
+
+def _mlp_layer(step: kernels.SparseMlpStep, keep: list):
+    mlp = step.mlp
+    L = ffi.new("qgpu_cmlp *")
+    L.d, L.m, L.w, L.eps, L.bf16 = step.d, step.m, step.layer.w, step.eps, step.bf16
+    _set_sell(L.gate, Sell.of(mlp.gate, np.arange(step.m)), keep)
+    _set_sell(L.up, Sell.of(mlp.up, np.arange(step.m)), keep)
+    ptr, rows, vals = csc(mlp.down)
+    keep.extend((ptr, rows, vals))
+    L.down_ptr, L.down_rows, L.down_vals = (ffi.from_buffer("int64_t[]", ptr), ffi.from_buffer("int32_t[]", rows),
+                                            ffi.from_buffer("float[]", vals))
+    keep.extend((L.down_ptr, L.down_rows, L.down_vals))
+    return L
+
+
+def _gdn_layer(step: kernels.GdnStep, w: dict, keep: list):
+    src = step.layer
+    L = ffi.new("qgpu_cgdn *")
+    for name in ("d", "nk", "dk", "nv", "dv", "k", "in_norm", "eps", "bf16", "conv_w", "a_log", "dt_bias", "q_div",
+                 "norm_w"):
+        setattr(L, name, getattr(src, name))
+    dk, dv, nk = step.dk, step.dv, step.nk
+    active = nonzero_rows(w["qkv"])
+    read = np.unique(w["out"].indices // dv).astype(np.int64)
+    z_rows = nonzero_rows(w["z"])
+    z_rows = z_rows[np.isin(z_rows // dv, read)]
+    qk = np.unique(active[active < 2 * nk * dk] // dk)
+    out_rows = nonzero_rows(w["out"])
+    for name, rows, m in (("qkv", active, w["qkv"]), ("z", z_rows, w["z"]), ("b", nonzero_rows(w["b"]), w["b"]),
+                          ("a", nonzero_rows(w["a"]), w["a"]), ("out", out_rows, w["out"])):
+        _set_sell(getattr(L, name), Sell.of(m, rows), keep)
+    for count, name, idx in (("n_active", "active", active), ("n_z_rows", "z_rows", z_rows),
+                             ("n_qk_heads", "qk_heads", qk), ("n_read", "read_heads", read),
+                             ("n_out_rows", "out_rows", out_rows)):
+        setattr(L, count, len(idx))
+        setattr(L, name, _ints(idx, keep))
+    return L
+
+
+class EngineError(Exception):
+    """The engine cannot take this model or state (the per-token path still can)."""
+
+
+class StepEngine:
+    """See the module docstring. One engine per Model (mode); calls on it are serialized (one workspace)."""
+
+    def __init__(self, model: Model) -> None:
+        why = self.unsupported(model)
+        if why:
+            raise EngineError(f"the step engine does not apply: {why}")
+        self.model = model
+        cfg, weights = model.config, model.weights
+        n = self.n = len(cfg.layer_types)
+        self.d = cfg.hidden_size
+        self._keep: list = []
+        self._gdn = [_gdn_layer(model._gdn_steps[i], weights.layers[i], self._keep) for i in range(n)]
+        self._mlp = [_mlp_layer(model._mlp_steps[i], self._keep) for i in range(n)]
+        self._keep.extend((model._gdn_steps, model._mlp_steps))   # their buffers back the layer structs
+        self._silent = np.asarray([i in model.silent_mixers for i in range(n)], np.int32)
+        self._ws = self.workspace()
+        self._final = kernels.check_activation("StepEngine", "final_norm", weights.final_norm, (self.d,))
+        self._embed = weights.embed
+        if not (isinstance(self._embed, np.ndarray) and self._embed.dtype == np.uint16
+                and self._embed.flags.c_contiguous):
+            raise EngineError("the step engine needs the embedding as contiguous bf16 bits")
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def unsupported(model: Model) -> str | None:
+        """Why the engine cannot run this model (None: it can)."""
+        cfg = model.config
+        if model.device != "cpu":
+            return f"device {model.device}"
+        if any(kind != "linear_attention" for kind in cfg.layer_types):
+            return "a layer is not a DeltaNet layer"
+        if model._decode_layers is None:
+            return "a layer is not all CSR"
+        if model.weights.head_q8 is not None or model.chunked_head() is None:
+            return "the LM head is not chunk-sparse bf16"
+        if model.text_skip is not None:
+            return "the model skips layers on text"
+        return None
+
+    @classmethod
+    def build(cls, model: Model) -> "StepEngine | None":
+        return None if cls.unsupported(model) else cls(model)
+
+    def workspace(self) -> list[np.ndarray]:
+        """Per-layer workspaces (the mixers' with their idle constants)."""
+        ws = []
+        for g, m in zip(self._gdn, self._mlp):
+            a = np.empty(int(lib.qgpu_cgdn_ws(g)) + 1, np.float32)
+            if not lib.qgpu_cgdn_ws_init(g, ffi.from_buffer("float[]", a)):
+                raise MemoryError("step engine: workspace")
+            ws.extend((a, np.zeros(int(lib.qgpu_cmlp_ws(m)) + 1, np.float32)))
+        return ws
+
+    # ---- the protocol's token sets ----------------------------------------------------------------------
+
+    def rules(self, sets: list[np.ndarray], next_set: np.ndarray) -> "Rules":
+        """The head's token sets (ascending ids each) and, for every token id, the set read after it
+        (-1: a stop token, never fed)."""
+        return Rules(self, sets, next_set)
+
+    # ---- running ------------------------------------------------------------------------------------------
+
+    def bind(self, state: State):
+        """The C view of a state's arrays (kept on the state while its arrays stay the same)."""
+        arrays = (*state.conv.values(), *state.recurrent.values(), *state.clean.values())
+        b = state.engine_binding
+        if b is not None and b.engine is self and len(b.arrays) == len(arrays) \
+                and all(x is y for x, y in zip(b.arrays, arrays)):
+            return b.bound
+        n = self.n
+        conv = [state.conv[i] for i in range(n)]
+        S = [state.recurrent[i] for i in range(n)]
+        clean = [self.model._clean_flags(state, i) for i in range(n)]
+        for i in range(n):
+            self.model._gdn_steps[i].check_state(conv[i], S[i], clean[i])
+            if not lib.qgpu_cgdn_state_ok(self._gdn[i], ffi.from_buffer("float[]", conv[i])):
+                raise EngineError(f"layer {i}'s conv state is not +0 on a channel no projection writes")
+        zero = np.zeros(n, np.int32)
+        c = ffi.new("qgpu_circuit_state *")
+        keep = [ffi.new("float *[]", [ffi.from_buffer("float[]", a) for a in conv]),
+                ffi.new("float *[]", [ffi.from_buffer("float[]", a) for a in S]),
+                ffi.new("int32_t *[]", [ffi.from_buffer("int32_t[]", a) for a in clean]),
+                ffi.from_buffer("int32_t[]", zero)]
+        c.conv, c.S, c.clean, c.zero = keep
+        bound = (c, zero, keep)
+        state.engine_binding = kernels.DecodeBinding(
+            (*state.conv.values(), *state.recurrent.values(), *state.clean.values()), None, None, None)
+        state.engine_binding.engine, state.engine_binding.bound = self, bound
+        return bound
+
+    def _circuit(self, rules: "Rules | None"):
+        c = ffi.new("qgpu_circuit *")
+        c.n, c.d = self.n, self.d
+        keep = [ffi.new("qgpu_cgdn *[]", self._gdn), ffi.new("qgpu_cmlp *[]", self._mlp),
+                ffi.from_buffer("int32_t[]", self._silent), ffi.from_buffer("uint16_t[]", self._embed),
+                ffi.from_buffer("float[]", self._final)]
+        c.gdn, c.mlp, c.silent, c.embed, c.final_norm = keep
+        c.eps, c.bf16 = float(self.model.config.rms_norm_eps), int(self.model.bf16)
+        if rules is not None:
+            c.n_sets, c.sets, c.next_set = len(rules.sets), rules.c_sets, rules.c_next
+        return c, keep
+
+    def _run(self, state: State, fn) -> object:
+        """fn(circuit state, ws pointers) under the lock, with State's zero set kept in step."""
+        with self._lock:
+            c, zero, _ = self.bind(state)
+            zero[:] = [i in state.zero for i in range(self.n)]
+            try:
+                return fn(c)
+            finally:
+                state.zero.difference_update(np.flatnonzero(zero == 0).tolist())
+
+    def _ws_ptrs(self):
+        if not hasattr(self, "_ws_c"):
+            self._ws_c = ffi.new("float *[]", [ffi.from_buffer("float[]", a) for a in self._ws])
+        return self._ws_c
+
+    def prefill(self, state: State, token_ids) -> np.ndarray:
+        """Feed the tokens through every layer (no head); returns the final-normed hidden of the last, f32 [d]."""
+        ids = self.model._check_ids(token_ids)
+        circuit, keep = self._circuit(None)
+        scratch = np.empty(3 * self.d, np.float32)
+        h, tmp, x = scratch[:self.d], scratch[self.d:2 * self.d], scratch[2 * self.d:]
+        ws = self._ws_ptrs()
+        hp, tp, xp = (ffi.from_buffer("float[]", a) for a in (h, tmp, x))
+
+        def run(c):
+            for t in ids.tolist():
+                lib.qgpu_circuit_embed(circuit, t, hp)
+                lib.qgpu_circuit_layers(circuit, c, hp, ws, tp)
+            lib.qgpu_circuit_final(circuit, hp, xp)
+        self._run(state, run)
+        state.pos += int(ids.shape[0])
+        return x.copy()
+
+    def first(self, state: State, token_ids, rules: "Rules") -> int:
+        """Prefill the tokens; the argmax of the head over the set rules name after the last of them."""
+        x = self.prefill(state, token_ids)
+        ids = np.asarray(token_ids)
+        return self.argmax(x, rules, int(rules.next_set[int(ids[-1])]))
+
+    def argmax(self, x: np.ndarray, rules: "Rules", set_index: int) -> int:
+        """The token of set `set_index` whose logit for the final-normed hidden x is the largest (the first
+        such, as np.argmax), each logit its full-head bits."""
+        if set_index < 0:
+            raise EngineError("no token may follow a stop token")
+        x = kernels.check_activation("StepEngine", "x", x, (self.d,))
+        logits = np.empty(rules.sets[set_index].size, np.float32)
+        best = lib.qgpu_head_argmax(rules.c_sets + set_index, ffi.from_buffer("float[]", x), int(self.model.bf16),
+                                    ffi.from_buffer("float[]", logits))
+        if best < 0:   # a non-finite hidden: the dense product's logits, as the head gives them
+            ids = rules.sets[set_index]
+            return int(ids[int(np.argmax(self.model._apply_head(self.model._head(ids), x)))])
+        return int(best)
+
+    def decode(self, state: State, token: int, rules: "Rules", max_tokens: int) -> list[int]:
+        """Feed `token`, then each argmax of the head over the set rules name after the token just fed,
+        until a stop token or max_tokens generated tokens; returns the generated ids (the last one not fed,
+        as Model's decode loop does not feed HALT)."""
+        self.model._check_ids([token])
+        circuit, keep = self._circuit(rules)
+        out = np.empty(max(1, max_tokens), np.int64)
+        scratch = np.empty(3 * self.d + rules.max_rows + 1, np.float32)
+        generated: list[int] = []
+        while len(generated) < max_tokens:
+            want = max_tokens - len(generated)
+            n = self._run(state, lambda c: lib.qgpu_circuit_decode(
+                circuit, c, token, self._ws_ptrs(), ffi.from_buffer("float[]", scratch),
+                ffi.from_buffer("int64_t[]", out), want))
+            fed = n if n >= 0 else -n - 1     # tokens generated; as many were fed (the first one `token`)
+            generated.extend(out[:fed].tolist())
+            state.pos += fed
+            if n >= 0:
+                break
+            # this step's final hidden was not finite: its layers ran, its head is the dense product's
+            state.pos += 1
+            prev = generated[-1] if generated else token
+            generated.append(self.argmax(scratch[2 * self.d:3 * self.d].copy(), rules, int(rules.next_set[prev])))
+            token = generated[-1]
+            if rules.next_set[token] < 0:
+                break
+        return generated
+
+
+class Rules:
+    """The head's token sets for one engine, in C form (see StepEngine.rules)."""
+
+    def __init__(self, engine: StepEngine, sets: list[np.ndarray], next_set: np.ndarray) -> None:
+        V = engine._embed.shape[0]
+        next_set = np.ascontiguousarray(next_set, np.int32)
+        if next_set.shape != (V,) or next_set.max(initial=-1) >= len(sets):
+            raise EngineError(f"next_set must name one of {len(sets)} sets for each of {V} tokens")
+        self.sets = [np.ascontiguousarray(s, np.int64) for s in sets]
+        for s in self.sets:
+            if s.ndim != 1 or not s.size or (np.diff(s) <= 0).any() or s[0] < 0 or s[-1] >= V:
+                raise EngineError("each token set must be non-empty ascending ids in the vocabulary")
+        self.next_set = next_set
+        self.max_rows = max(s.size for s in self.sets)
+        head = engine.model.chunked_head()
+        self._keep = [next_set]
+        self.c_sets = ffi.new("qgpu_head_set[]", len(self.sets))
+        for c, ids in zip(self.c_sets, self.sets):
+            ptr, cols, values, small = chunk_rows(head, ids)
+            bufs = [ffi.from_buffer("int64_t[]", ptr), ffi.from_buffer("int32_t[]", cols),
+                    ffi.from_buffer("uint16_t[]", values),
+                    ffi.NULL if small is None else ffi.from_buffer("int8_t[]", small), ffi.from_buffer("int64_t[]", ids)]
+            c.rows, c.n_in, c.width = ids.size, head.shape[1], head.width
+            c.ptr, c.cols, c.w, c.w8, c.ids = bufs
+            self._keep.extend((ptr, cols, values, small, ids, bufs))
+        self.c_next = ffi.from_buffer("int32_t[]", next_set)

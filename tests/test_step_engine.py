@@ -1,0 +1,247 @@
+"""The step engine (csrc/circuit.c, qgpu_min/model/step_engine.py) against the per-token path it replaces.
+
+Its kernels against their NumPy references (SELL products, the active-column product, the SiLU shortcuts),
+then whole launches on the GPU in the weights, fp32 and bf16: the engine's prefill and decode loop, its head
+reading only the rows the protocol allows (gpu/grammar.py), against Model.prefill / Model.decode with the
+whole vocabulary's argmax fed back token by token: the same generated tokens and every state array the same
+bits. Launches: loops with divergence, atomics, shared memory with barriers across warps, shuffles, votes,
+a grid of CTAs."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from qgpu_min._core import ffi, lib
+from qgpu_min.model import kernels
+from qgpu_min.model.kernels_ref import SparseBF16
+from qgpu_min.model.step_engine import EngineError, Sell, StepEngine, csc, csc_active_ref
+
+from ccore_fixtures import isa  # noqa: F401  (pytest fixture: each SIMD level the CPU has)
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _bits(a) -> np.ndarray:
+    return np.ascontiguousarray(a, np.float32).view(np.uint32)
+
+
+def _random_csr(rng, out: int, n_in: int, density: float) -> SparseBF16:
+    dense = rng.standard_normal((out, n_in)).astype(np.float32) * (rng.random((out, n_in)) < density)
+    dense[rng.random((out, n_in)) < density / 4] = -0.0                   # -0 weights: zeros, dropped
+    bits = (dense.view(np.uint32) >> 16).astype(np.uint16)
+    return SparseBF16.from_dense(bits)
+
+
+def _c_sell(s: Sell):
+    c = ffi.new("qgpu_sell *")
+    keep = [ffi.from_buffer("int32_t[]", s.start), ffi.from_buffer("int32_t[]", s.cols),
+            ffi.from_buffer("float[]", s.vals), ffi.from_buffer("int32_t[]", s.dest)]
+    c.slices = s.slices
+    c.start, c.cols, c.vals, c.dest = keep
+    return c, keep
+
+
+@pytest.mark.parametrize("out, n_in, density", [(37, 50, 0.2), (300, 64, 0.05), (9, 700, 0.5), (16, 8, 0.0)])
+def test_sell_product_equals_the_csr_rows_bit_for_bit(isa, out, n_in, density):
+    rng = np.random.default_rng(out)
+    w = _random_csr(rng, out, n_in, density)
+    x = np.append(rng.standard_normal(n_in).astype(np.float32) * 100, np.float32(0))   # x[in]: the padding's +0
+    x[: n_in // 5] = 0.0
+    x[n_in // 5: n_in // 4] = -0.0
+    rows = np.flatnonzero(rng.random(out) < 0.7)
+    dest = rng.permutation(out)[: rows.size]
+    s = Sell.of(w, rows, dest)
+    want = np.full(out, np.float32(7.0))
+    want[dest] = kernels.sparse_matvec(w, x[:n_in])[rows]
+    got = np.full(out, np.float32(7.0))      # rows no lane names are left as they are
+    c, keep = _c_sell(s)
+    lib.qgpu_sell_matvec(c, ffi.from_buffer("float[]", x), ffi.from_buffer("float[]", got))
+    assert np.array_equal(_bits(got), _bits(want))
+    assert np.array_equal(_bits(s.matvec(x, np.full(out, np.float32(7.0)))), _bits(want))
+
+
+def test_active_column_product_equals_the_csr_rows_bit_for_bit():
+    rng = np.random.default_rng(5)
+    down = _random_csr(rng, 40, 300, 0.1)
+    act = rng.standard_normal(300).astype(np.float32)
+    act[rng.random(300) < 0.5] = 0.0
+    act[rng.random(300) < 0.2] = -0.0
+    act[3] = np.inf
+    act[4] = np.nan
+    want = kernels.sparse_matvec(down, act)
+    ptr, rows, vals = csc(down)
+    got = np.empty(40, np.float32)
+    lib.qgpu_csc_active(300, 40, ffi.from_buffer("int64_t[]", ptr), ffi.from_buffer("int32_t[]", rows),
+                        ffi.from_buffer("float[]", vals), ffi.from_buffer("float[]", act),
+                        ffi.from_buffer("float[]", got), ffi.new("int32_t[]", 300))
+    same = (_bits(got) == _bits(want)) | (np.isnan(got) & np.isnan(want))
+    assert same.all()
+    ref = csc_active_ref(ptr, rows, vals, act, 40)
+    assert (((_bits(ref) == _bits(want)) | (np.isnan(ref) & np.isnan(want)))).all()
+
+
+def _floats_between(lo: float, hi: float) -> np.ndarray:
+    """Every float32 in [lo, hi] (lo < hi, same sign)."""
+    a, b = (np.float32(v).view(np.uint32) for v in (lo, hi))
+    a, b = min(a, b), max(a, b)
+    return np.arange(a, b + 1, dtype=np.uint32).view(np.float32)
+
+
+def test_silu_shortcuts_give_the_formulas_bits(isa):
+    """qgpu_silu skips the exp where the value is known (>= 17, <= -89, +-0): every float around each
+    boundary, the far ranges, the specials and random bit patterns give the formula's bits."""
+    rng = np.random.default_rng(3)
+    x = np.concatenate([_floats_between(16.9, 17.1), _floats_between(-89.1, -88.9), _floats_between(17, 17.02),
+                        _floats_between(-104.5, -103.5),
+                        np.float32([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 3e38, -3e38, 2 ** -149]),
+                        rng.integers(0, 2 ** 32, 400_000, dtype=np.uint32).view(np.float32),
+                        rng.uniform(-120, 40, 200_000).astype(np.float32)])
+    x = x[rng.permutation(x.size)]
+    got, want = np.empty_like(x), np.empty_like(x)
+    lib.qgpu_silu(ffi.from_buffer("float[]", x), x.size, ffi.from_buffer("float[]", got))
+    lib.qgpu_silu_formula(ffi.from_buffer("float[]", x), x.size, ffi.from_buffer("float[]", want))
+    same = (_bits(got) == _bits(want)) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), x[~same][:5]
+
+
+# ---- whole launches ------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def gpu():
+    from qgpu_min.gpu import backend
+    return backend.compiled(backend.SPEC)
+
+
+SHFL = """
+__global__ void shfl_vote(const int* x, int* out, int* votes) {
+    int t = threadIdx.x, v = x[t];
+    int s = v + __shfl_xor_sync(0xf, v, 1);
+    s += __shfl_down_sync(0xf, s, 2);
+    out[t] = s;
+    votes[t] = __ballot_sync(0xf, v > 2);
+}"""
+BARRIER = """
+__global__ void rev(const int* x, int* y) {
+    __shared__ int buf[12];
+    int t = threadIdx.x, n = blockDim.x;
+    buf[t] = x[blockIdx.x * n + t] * 3 - 1;
+    __syncthreads();
+    y[blockIdx.x * n + t] = buf[n - 1 - t];
+}"""
+HIST = """
+__global__ void histogram(const int* x, int* hist, int* top) {
+    int v = x[threadIdx.x];
+    atomicAdd(&hist[v & 3], 1);
+    atomicMax(top, v);
+}"""
+LAUNCHES = {
+    "dot": (ROOT / "examples" / "dot.cu", [[1, 2, 3], [4, 5, 6], [0], 3], (1, 1), (3, 1)),
+    "hist": (HIST, [[5, 2, 9, 6], [0, 0, 0, 0], [0]], (1, 1), (4, 1)),
+    "shfl_vote": (SHFL, [[1, 7, 3, 100000], [0] * 4, [0] * 4], (1, 1), (4, 1)),
+    "barrier_grid": (BARRIER, [list(range(-5, 13)), [0] * 18], (2, 1), (9, 1)),
+}
+
+
+def _prompt_ids(gpu, name: str) -> list[int]:
+    from qgpu_min.host.launch import compile_kernel, launch
+    src, args, grid, block = LAUNCHES[name]
+    res = launch(compile_kernel(src), args, grid=grid, block=block, backend="circuit")
+    return res.extra["trace"]["prompt_ids"], res.extra["trace"]["generated_ids"]
+
+
+def _per_token_run(gpu, model, prompt: list[int], limit: int = 5000):
+    """Model.prefill / Model.decode, the whole vocabulary's argmax fed back until HALT or FAULT."""
+    state = model.new_state()
+    logits = model.prefill(state, prompt)
+    out = []
+    while len(out) < limit:
+        out.append(int(np.argmax(logits)))
+        if gpu.token_at(out[-1])[0] in ("halt", "fault"):
+            break
+        logits = model.decode(state, out[-1])
+    return out, state
+
+
+def _same_state(a, b) -> None:
+    for i in a.recurrent:
+        assert np.array_equal(_bits(a.recurrent[i]), _bits(b.recurrent[i])), f"S of layer {i}"
+        assert np.array_equal(_bits(a.conv[i]), _bits(b.conv[i])), f"conv state of layer {i}"
+        assert np.array_equal(a.clean[i], b.clean[i]), f"clean flags of layer {i}"
+    assert a.zero == b.zero and a.pos == b.pos
+
+
+@pytest.mark.parametrize("mode", ["fp32", "bf16"])
+@pytest.mark.parametrize("name", list(LAUNCHES))
+def test_engine_launch_equals_the_per_token_path_bit_for_bit(gpu, name, mode):
+    prompt, recorded = _prompt_ids(gpu, name)
+    model, engine = gpu.model(mode), gpu.engine(mode)
+    want, want_state = _per_token_run(gpu, model, prompt)
+    assert [gpu.token_at(i)[0] for i in want][-1] == "halt"
+    for whole in (False, True):       # the protocol's sets, and the whole vocabulary (--check)
+        rules = gpu.launch_rules(mode, [gpu.token_at(i) for i in prompt], whole)
+        state = model.new_state()
+        got = [engine.first(state, prompt, rules)]
+        got += engine.decode(state, got[0], rules, 5000)
+        assert got == want
+        _same_state(state, want_state)
+    if mode == "fp32":
+        assert want == recorded          # the launch itself ran on the engine
+
+
+def test_engine_and_per_token_path_take_turns_on_one_state(gpu):
+    """The engine works on the State's own arrays: tokens alternately through Model.decode and the engine
+    leave the state that either alone leaves."""
+    prompt, gen = _prompt_ids(gpu, "hist")
+    model, engine = gpu.model("fp32"), gpu.engine("fp32")
+    rules = gpu.launch_rules("fp32", [gpu.token_at(i) for i in prompt], True)
+    alone, alone_state = _per_token_run(gpu, model, prompt)
+    state = model.new_state()
+    model.prefill(state, prompt[:50])
+    engine.prefill(state, prompt[50:])
+    for j, t in enumerate(gen[:-1]):
+        if j % 3:
+            assert engine.decode(state, t, rules, 1) == [gen[j + 1]]
+        else:
+            assert int(np.argmax(model.decode(state, t))) == gen[j + 1]
+    _same_state(state, alone_state)
+
+
+def test_engine_refuses_a_state_it_cannot_take_and_bad_rules(gpu):
+    model, engine = gpu.model("fp32"), gpu.engine("fp32")
+    state = model.new_state()
+    idle = next(i for i in range(engine.n) if engine._gdn[i].n_active < state.conv[i].shape[0]
+                and not engine._silent[i])
+    active = {engine._gdn[idle].active[j] for j in range(engine._gdn[idle].n_active)}
+    ch = next(c for c in range(state.conv[idle].shape[0]) if c not in active)
+    state.conv[idle][ch, 0] = 1.0          # a channel no projection writes holds a value: not this engine's
+    with pytest.raises(EngineError, match=f"layer {idle}"):
+        engine.prefill(state, [0])
+    V = len(gpu.tokens)
+    with pytest.raises(EngineError, match="ascending"):
+        engine.rules([np.array([3, 2])], np.zeros(V, np.int32))
+    with pytest.raises(EngineError, match="next_set"):
+        engine.rules([np.arange(V)], np.ones(V, np.int32))
+    assert StepEngine.unsupported(model) is None
+
+
+def test_a_non_finite_hidden_takes_the_dense_head_as_the_per_token_path_does(gpu):
+    """A state holding inf where a read finds it gives a non-finite hidden: the chunked head does not run, the
+    dense product's logits choose (both paths alike)."""
+    prompt, gen = _prompt_ids(gpu, "dot")
+    model, engine = gpu.model("fp32"), gpu.engine("fp32")
+    base = model.new_state()
+    model.prefill(base, prompt)
+    for i in base.recurrent:         # poison every memory row read so far (the ones holding a nonzero)
+        S = base.recurrent[i]
+        S[S != 0] = np.inf
+        base.clean[i][:] = 0
+    a, b = copy.deepcopy(base), copy.deepcopy(base)
+    rules = gpu.launch_rules("fp32", [gpu.token_at(i) for i in prompt], True)
+    want = [int(np.argmax(model.decode(a, gen[0])))]
+    got = engine.decode(b, gen[0], rules, 1)
+    assert got == want
+    _same_state(a, b)
