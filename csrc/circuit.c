@@ -14,9 +14,9 @@
  *   when a state is bound) and its conv output and activation are constants, computed once by the same
  *   kernels on zeros (qgpu_cgdn_ws_init) and kept in the workspace. The key/query l2 norms run per head
  *   that has an active channel; the gated norm only for the value heads out_proj reads.
- * - A value head whose query and key are +-0 on every token (no active channel) and that out_proj does not
- *   read is skipped where its step provably changes nothing: a clean state, decay exactly 1, finite beta
- *   (deltanet.c's sparse path then writes no row).
+ * - A value head whose query, key, b and a are +-0 on every token (no active channel, empty rows), whose
+ *   constant decay is exactly 1 and beta finite, and that out_proj does not read, is skipped while its state
+ *   is clean: deltanet.c's sparse path would write no row (its output is unread).
  * - The MLP's down product adds only the units whose activation is not +-0 (an acc + +-0 is acc), unit by
  *   unit in increasing order: for each output row that is its CSR row's order.
  * - The head multiplies only the rows of the current token set (qgpu_head_set), through the chunked
@@ -40,10 +40,10 @@ SELL_BODY void sell_product(const qgpu_sell *a, const float *x, float *y) {
     for (size_t s = 0; s < a->slices; s++) {
         float acc[QGPU_SELL_LANES];
         for (int r = 0; r < QGPU_SELL_LANES; r++) acc[r] = 0.0f;
-        const int32_t *c = a->cols + (size_t)a->start[s] * QGPU_SELL_LANES;
-        const float *v = a->vals + (size_t)a->start[s] * QGPU_SELL_LANES;
+        const uint16_t *c = a->cols + (size_t)a->start[s] * QGPU_SELL_LANES;
+        const uint16_t *v = a->vals + (size_t)a->start[s] * QGPU_SELL_LANES;
         for (int32_t k = a->start[s]; k < a->start[s + 1]; k++, c += QGPU_SELL_LANES, v += QGPU_SELL_LANES)
-            for (int r = 0; r < QGPU_SELL_LANES; r++) acc[r] = acc[r] + v[r] * x[c[r]];
+            for (int r = 0; r < QGPU_SELL_LANES; r++) acc[r] = acc[r] + qgpu_bf16_value(v[r]) * x[c[r]];
         const int32_t *dest = a->dest + s * QGPU_SELL_LANES;
         for (int r = 0; r < QGPU_SELL_LANES; r++)
             if (dest[r] >= 0) y[dest[r]] = acc[r];
@@ -57,11 +57,14 @@ static void sell_plain(const qgpu_sell *a, const float *x, float *y) { sell_prod
 __attribute__((target("avx2"))) static void sell_avx2(const qgpu_sell *a, const float *x, float *y) {
     for (size_t s = 0; s < a->slices; s++) {
         __m256 acc = _mm256_setzero_ps();
-        const int32_t *c = a->cols + (size_t)a->start[s] * QGPU_SELL_LANES;
-        const float *v = a->vals + (size_t)a->start[s] * QGPU_SELL_LANES;
+        const uint16_t *c = a->cols + (size_t)a->start[s] * QGPU_SELL_LANES;
+        const uint16_t *v = a->vals + (size_t)a->start[s] * QGPU_SELL_LANES;
         for (int32_t k = a->start[s]; k < a->start[s + 1]; k++, c += QGPU_SELL_LANES, v += QGPU_SELL_LANES) {
-            __m256 xv = _mm256_i32gather_ps(x, _mm256_loadu_si256((const __m256i *)(const void *)c), 4);
-            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(v), xv));
+            __m256i idx = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)c));
+            __m256 xv = _mm256_i32gather_ps(x, idx, 4);
+            __m256 wv = _mm256_castsi256_ps(_mm256_slli_epi32(
+                _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)v)), 16));
+            acc = _mm256_add_ps(acc, _mm256_mul_ps(wv, xv));
         }
         float out[QGPU_SELL_LANES];
         _mm256_storeu_ps(out, acc);
@@ -198,6 +201,13 @@ static int all_finite(const float *x, size_t n) {
     return 1;
 }
 
+/* Whether a SELL matrix has a lane that writes output row `row`. */
+static int sell_writes(const qgpu_sell *a, size_t row) {
+    for (size_t i = 0; i < a->slices * QGPU_SELL_LANES; i++)
+        if (a->dest[i] == (int32_t)row) return 1;
+    return 0;
+}
+
 static int any_in(const int32_t *sorted, size_t n, size_t lo, size_t hi) {
     for (size_t i = 0; i < n; i++)
         if ((size_t)sorted[i] >= lo && (size_t)sorted[i] < hi) return 1;
@@ -229,7 +239,14 @@ int qgpu_cgdn_ws_init(const qgpu_cgdn *L, float *ws) {
                      && !any_in(L->active, L->n_active, 2 * kd + hh * dv, 2 * kd + (hh + 1) * dv)
                      && !any_in(L->read_heads, L->n_read, hh, hh + 1)
                      && all_zero(w.qn + src * dk, dk) && all_zero(w.kn + src * dk, dk)
-                     && all_finite(w.act + 2 * kd + hh * dv, dv);
+                     && all_finite(w.act + 2 * kd + hh * dv, dv) && !sell_writes(&L->b, hh) && !sell_writes(&L->a, hh);
+        if (!w.idle[hh]) continue;
+        /* its b and a are +0 on every token: its beta and decay are constants, which must keep the step exact */
+        float zero = 0.0f, beta, g;
+        qgpu_sigmoid(&zero, 1, &beta);
+        if (L->bf16) beta = qgpu_bf16_round(beta);
+        qgpu_deltanet_gate(&zero, 1, L->a_log + hh, L->dt_bias + hh, 1, &g);
+        w.idle[hh] = isfinite(beta) && qgpu_expf(g) == 1.0f;
     }
     return 1;
 }
@@ -247,32 +264,6 @@ int qgpu_cgdn_state_ok(const qgpu_cgdn *L, const float *conv_state) {
             if (qgpu_float_bits(conv_state[ch * k1 + j]) != 0) return 0;
     }
     return 1;
-}
-
-static void conv_active(const qgpu_cgdn *L, float *state, const float *x, float *y) {
-    size_t k = L->k;
-    for (size_t i = 0; i < L->n_active; i++) {
-        size_t ch = (size_t)L->active[i];
-        float *s = state + ch * (k - 1);
-        const float *wc = L->conv_w + ch * k;
-        if (k == 4) { /* conv_update4's expression */
-            float s0 = s[0], s1 = s[1], s2 = s[2], xc = x[ch];
-            float acc = wc[0] * s0;
-            acc = acc + wc[1] * s1;
-            acc = acc + wc[2] * s2;
-            y[ch] = acc + wc[3] * xc;
-            s[0] = s1;
-            s[1] = s2;
-            s[2] = xc;
-            continue;
-        }
-        float acc = wc[0] * (k > 1 ? s[0] : x[ch]);
-        for (size_t j = 1; j + 1 < k; j++) acc = acc + wc[j] * s[j];
-        if (k > 1) acc = acc + wc[k - 1] * x[ch];
-        y[ch] = acc;
-        for (size_t j = 0; j + 2 < k; j++) s[j] = s[j + 1];
-        if (k > 1) s[k - 2] = x[ch];
-    }
 }
 
 static void cgdn_step(const qgpu_cgdn *L, const float *h, float *conv_state, float *S, int32_t *clean, float *ws,
@@ -294,16 +285,19 @@ static void cgdn_step(const qgpu_cgdn *L, const float *h, float *conv_state, flo
         qgpu_round_bf16(w.b, nv);
         qgpu_round_bf16(w.a, nv);
     }
-    conv_active(L, conv_state, w.mixed, w.conv);
-    for (size_t i = 0; i < na; i++) w.ga[i] = w.conv[L->active[i]];
-    if (bf16) qgpu_round_bf16(w.ga, na);
-    for (size_t i = 0; i < na; i++) w.conv[L->active[i]] = w.ga[i];
-    qgpu_silu(w.ga, na, w.gb);
-    if (bf16) qgpu_round_bf16(w.gb, na);
-    for (size_t i = 0; i < na; i++) w.act[L->active[i]] = w.gb[i];
-    qgpu_sigmoid(w.b, nv, w.beta);
-    if (bf16) qgpu_round_bf16(w.beta, nv);
-    qgpu_deltanet_gate(w.a, nv, L->a_log, L->dt_bias, nv, w.g);
+    for (size_t r = 0; r < L->n_runs; r++) { /* the conv and SiLU kernels on each run of active channels */
+        size_t c0 = (size_t)L->runs[2 * r], len = (size_t)L->runs[2 * r + 1] - c0;
+        qgpu_conv_update(conv_state + c0 * (L->k - 1), len, L->k, w.mixed + c0, L->conv_w + c0 * L->k, w.conv + c0);
+        if (bf16) qgpu_round_bf16(w.conv + c0, len);
+        qgpu_silu(w.conv + c0, len, w.act + c0);
+        if (bf16) qgpu_round_bf16(w.act + c0, len);
+    }
+    for (size_t hh = 0; hh < nv; hh++) { /* beta and the decay gate, elementwise, for the heads that step */
+        if (w.idle[hh]) continue;
+        qgpu_sigmoid(w.b + hh, 1, w.beta + hh);
+        if (bf16) w.beta[hh] = qgpu_bf16_round(w.beta[hh]);
+        qgpu_deltanet_gate(w.a + hh, 1, L->a_log + hh, L->dt_bias + hh, 1, w.g + hh);
+    }
     for (size_t i = 0; i < L->n_qk_heads; i++) { /* heads 0..nk-1 are queries, nk..2nk-1 keys */
         size_t hh = (size_t)L->qk_heads[i];
         if (hh < nk)
@@ -322,7 +316,13 @@ static void cgdn_step(const qgpu_cgdn *L, const float *h, float *conv_state, flo
         kr = w.kr;
     }
     for (size_t hh = 0; hh < nv; hh++) { /* heads one by one: the same per-head steps as one call */
-        if (w.idle[hh] && clean[hh] == 1 && isfinite(w.beta[hh]) && qgpu_expf(w.g[hh]) == 1.0f) continue;
+        if (w.idle[hh] && clean[hh] == 1) continue;
+        if (w.idle[hh]) { /* not known clean: the step itself, with the constants it would compute */
+            float zero = 0.0f;
+            qgpu_sigmoid(&zero, 1, w.beta + hh);
+            if (bf16) w.beta[hh] = qgpu_bf16_round(w.beta[hh]);
+            qgpu_deltanet_gate(&zero, 1, L->a_log + hh, L->dt_bias + hh, 1, w.g + hh);
+        }
         qgpu_deltanet_step_sparse(S + hh * dk * dv, 1, dk, dv, qr + hh * dk, kr + hh * dk, w.act + 2 * kd + hh * dv,
                                   w.g + hh, w.beta + hh, w.o + hh * dv, clean + hh);
     }
@@ -378,6 +378,117 @@ int64_t qgpu_head_argmax(const qgpu_head_set *H, const float *x, int bf16, float
     return H->ids[best];
 }
 
+/* ---- the bounded argmax (model/head_bound.py) ---- */
+
+enum { BOUND_MAX_FIELDS = 16 };
+
+/* The logit of row `row` of a set, its chunked bits (bf16: rounded). Returns 0 for a non-finite x. */
+static int row_logit(const qgpu_head_set *H, size_t row, const float *x, int bf16, float *out) {
+    if (!qgpu_chunked_matvec_bf16(1, H->n_in, H->width, H->ptr + row, H->cols, H->w, H->w8, x, out)) return 0;
+    if (bf16) *out = qgpu_bf16_round(*out);
+    return 1;
+}
+
+/* Below what every other token's logit bound must stay for `best` to be the unique maximum: best itself in
+ * fp32; in bf16 one step of bf16 below it (a bound there cannot round up to a tie). NaN when unusable. */
+static double bound_threshold(float best, int bf16) {
+    if (!isfinite(best)) return NAN;
+    if (!bf16) return (double)best;
+    if (best == 0.0f) return NAN;
+    return (double)best - ldexp(1.0, ilogb(best) - 6);
+}
+
+int64_t qgpu_head_bound_argmax(const qgpu_head_bound *B, const float *x, int bf16, double *work, float *logits,
+                               int *proved) {
+    size_t U = B->n_cols, K = B->n_kinds;
+    double *xu = work, *M = xu + U, *err = M + K, *gap = err + K, *fv = gap + K;
+    *proved = 0;
+    for (size_t u = 0; u < U; u++) {
+        xu[u] = (double)x[B->cols[u]];
+        if (!isfinite(x[B->cols[u]])) return -1;
+    }
+    for (size_t k = 0; k < K; k++) {
+        const double *bk = B->base + k * U, *ak = B->absmax + k * U;
+        double base = 0.0, mag = 0.0;
+        for (size_t u = 0; u < U; u++) {
+            base += bk[u] * xu[u];
+            mag += ak[u] * fabs(xu[u]);
+        }
+        M[k] = base;
+        err[k] = B->rel[k] * mag;
+        gap[k] = INFINITY;
+        for (size_t f = 0; f < BOUND_MAX_FIELDS; f++) fv[k * BOUND_MAX_FIELDS + f] = 0.0;
+    }
+    for (size_t i = 0; i < B->n_factors; i++) {
+        size_t n = (size_t)B->f_n[i], m = (size_t)B->f_m[i], k = (size_t)B->f_kind[i];
+        const double *w = B->w + B->f_w[i];
+        const int32_t *c = B->fcols + B->f_cols[i];
+        double best = -INFINITY, second = -INFINITY;
+        size_t arg = 0;
+        for (size_t v = 0; v < n; v++) {
+            double t = 0.0;
+            for (size_t j = 0; j < m; j++) t += w[v * m + j] * xu[c[j]];
+            if (t > best) {
+                second = best;
+                best = t;
+                arg = v;
+            } else if (t > second) {
+                second = t;
+            }
+        }
+        M[k] += best;
+        if (n > 1 && best - second < gap[k]) gap[k] = best - second;
+        int64_t val = B->vals[B->f_vals[i] + (int64_t)arg];
+        fv[k * BOUND_MAX_FIELDS + (size_t)B->f_field[i]] += B->f_bit[i] < 0 ? (double)val : ldexp((double)val, B->f_bit[i]);
+    }
+    /* the candidate: the decomposed kind of the largest bound, each factor at its best */
+    size_t kbest = K;
+    for (size_t k = 0; k < K; k++)
+        if (B->k_decomposed[k] && (kbest == K || M[k] > M[kbest])) kbest = k;
+    int64_t cand = -1;
+    float cand_logit = -INFINITY;
+    if (kbest < K) {
+        int64_t at = 0, stride = 1;
+        const int64_t *radix = B->k_radix + B->k_radix_at[kbest];
+        int inside = 1;
+        for (int32_t f = 0; f < B->k_nfields[kbest]; f++) {
+            int64_t v = (int64_t)fv[kbest * BOUND_MAX_FIELDS + (size_t)f + 1];
+            inside &= v < radix[f]; /* bits at their best may spell a value past the field's domain */
+            at += v * stride;
+            stride *= radix[f];
+        }
+        cand = inside ? B->lookup[B->k_lookup[kbest] + at] : -1;
+        if (cand >= 0 && !row_logit(&B->whole, (size_t)cand, x, bf16, &cand_logit)) return -1;
+    }
+    /* the kinds that do not decompose: every row exactly */
+    float ex_best = -INFINITY;
+    int64_t ex_id = -1;
+    if (B->exact.rows) {
+        if (!qgpu_chunked_matvec_bf16(B->exact.rows, B->exact.n_in, B->exact.width, B->exact.ptr, B->exact.cols,
+                                      B->exact.w, B->exact.w8, x, logits))
+            return -1;
+        if (bf16) qgpu_round_bf16(logits, B->exact.rows);
+        for (size_t r = 0; r < B->exact.rows; r++)
+            if (logits[r] > ex_best || ex_id < 0) {
+                ex_best = logits[r];
+                ex_id = B->exact.ids[r];
+            }
+    }
+    int ok = cand >= 0 && (ex_id < 0 || ex_best < cand_logit);
+    double thr = ok ? bound_threshold(cand_logit, bf16) : NAN;
+    if (ok && bf16 && ex_id >= 0 && !((double)ex_best < thr)) ok = 0;
+    for (size_t k = 0; ok && k < K; k++) {
+        if (!B->k_decomposed[k]) continue;
+        double bound = (k == kbest ? M[k] - gap[k] : M[k]) + err[k];
+        if (!(bound < thr)) ok = 0;
+    }
+    if (ok) {
+        *proved = 1;
+        return cand;
+    }
+    return qgpu_head_argmax(&B->whole, x, bf16, logits);
+}
+
 void qgpu_circuit_embed(const qgpu_circuit *C, int64_t token, float *h) {
     const uint16_t *row = C->embed + (size_t)token * C->d;
     for (size_t i = 0; i < C->d; i++) h[i] = qgpu_bf16_value(row[i]);
@@ -388,14 +499,23 @@ void qgpu_circuit_final(const qgpu_circuit *C, const float *h, float *x) {
     if (C->bf16) qgpu_round_bf16(x, C->d);
 }
 
+/* Floats of logits the decode loop needs (the largest set's rows, and the bounded argmax's whole head). */
+size_t qgpu_circuit_logits(const qgpu_circuit *C) {
+    size_t n = C->bound ? C->bound->whole.rows : 0;
+    for (size_t i = 0; i < C->n_sets; i++)
+        if (C->sets[i].rows > n) n = C->sets[i].rows;
+    return n + (n & 1); /* even: the doubles after them stay aligned */
+}
+
 /* Feed `token` and then each argmax back, until a token whose successor set is -1 (a stop token: HALT, FAULT)
  * or max_tokens tokens: the set for the logits after token t is next_set[t]. Writes the generated ids to out
  * and returns how many. A step whose final hidden holds a non-finite value stops the loop before its head
  * (returns -(n + 1), n tokens generated before it; x, scratch + 2 d, is that step's head input). scratch:
- * 3 d + the largest set's rows floats. */
+ * 3 d + qgpu_circuit_logits floats, then (with a bound) the bounded argmax's doubles. */
 int64_t qgpu_circuit_decode(const qgpu_circuit *C, const qgpu_circuit_state *st, int64_t token, float *const *ws,
                             float *scratch, int64_t *out, size_t max_tokens) {
     float *h = scratch, *tmp = h + C->d, *x = tmp + C->d, *logits = x + C->d;
+    double *bound_work = C->bound ? (double *)(void *)(logits + qgpu_circuit_logits(C)) : NULL;
     size_t n = 0;
     while (n < max_tokens) {
         int32_t set = C->next_set[token];
@@ -403,7 +523,9 @@ int64_t qgpu_circuit_decode(const qgpu_circuit *C, const qgpu_circuit_state *st,
         qgpu_circuit_embed(C, token, h);
         qgpu_circuit_layers(C, st, h, ws, tmp);
         qgpu_circuit_final(C, h, x);
-        int64_t next = qgpu_head_argmax(&C->sets[set], x, C->bf16, logits);
+        int proved;
+        int64_t next = C->bound && set == 0 ? qgpu_head_bound_argmax(C->bound, x, C->bf16, bound_work, logits, &proved)
+                                            : qgpu_head_argmax(&C->sets[set], x, C->bf16, logits);
         if (next < 0) return -(int64_t)n - 1;
         out[n++] = next;
         token = next;

@@ -154,15 +154,15 @@ void qgpu_decode_layers(size_t n, const qgpu_gdn_layer *const *gdn, const qgpu_m
  * layers, the final norm and the LM head over the rows a protocol allows, bit for bit what the per-token
  * path (qgpu_decode_layers, the head's chunked product) computes, doing only the work whose result is not
  * known in advance. A sparse matrix in slices of QGPU_SELL_LANES rows (SELL): slice s's entries are steps
- * start[s] .. start[s+1], each step one entry per lane (cols, vals: [LANES * steps]), padding at column `in`
- * with weight +0; lane r of slice s is output row dest[LANES s + r] (-1: none). y[dest] = the lane's sum in
+ * start[s] .. start[s+1], each step one entry per lane (cols, vals: [LANES * steps], 16-bit columns and
+ * bf16 weights), padding at column `in` with weight +0; lane r of slice s is output row dest[LANES s + r] (-1: none). y[dest] = the lane's sum in
  * step order from +0; rows of y no lane names are left as they are. */
 enum { QGPU_SELL_LANES = 8 };
 typedef struct {
     size_t slices;
     const int32_t *start;
-    const int32_t *cols;
-    const float *vals;
+    const uint16_t *cols;   /* columns < 65536 */
+    const uint16_t *vals;   /* bf16 bits */
     const int32_t *dest;
 } qgpu_sell;
 void qgpu_sell_matvec(const qgpu_sell *a, const float *x, float *y);
@@ -182,7 +182,8 @@ typedef struct {
     const int32_t *down_rows;
     const float *down_vals;
 } qgpu_cmlp;
-/* A CSR DeltaNet mixer: qkv over its active channels (the nonzero rows, ascending; SELL dest = channel), z
+/* A CSR DeltaNet mixer: qkv over its active channels (the nonzero rows, ascending; SELL dest = channel;
+ * runs: the runs of consecutive active channels as [start, end) pairs, where the conv and SiLU run), z
  * over z_rows (the nonzero rows of the value heads out_proj reads), b and a [nv], out over out_rows (its
  * nonzero rows); qk_heads: the query heads (0 .. nk-1) and key heads (nk + i) with an active channel;
  * read_heads: the value heads whose out_proj columns hold a nonzero. */
@@ -192,8 +193,8 @@ typedef struct {
     float eps;
     int bf16;
     qgpu_sell qkv, z, b, a, out;
-    size_t n_active, n_z_rows, n_qk_heads, n_read, n_out_rows;
-    const int32_t *active, *z_rows, *qk_heads, *read_heads, *out_rows;
+    size_t n_active, n_runs, n_z_rows, n_qk_heads, n_read, n_out_rows;
+    const int32_t *active, *runs, *z_rows, *qk_heads, *read_heads, *out_rows;
     const float *conv_w, *a_log, *dt_bias;
     float q_div;
     const float *norm_w;
@@ -214,6 +215,32 @@ typedef struct {
     const int8_t *w8;
     const int64_t *ids;
 } qgpu_head_set;
+/* The head's tables for an exact argmax without every logit (model/head_bound.py states the method): U used
+ * columns, K kinds, F factors. A factor of kind f_kind[i] takes f_n[i] values (vals from f_vals[i]) and owns
+ * f_m[i] columns (positions into cols, from f_cols[i]) with weights w from f_w[i] ([f_n, f_m], row-major);
+ * its value is field f_field[i]'s whole value (f_bit -1) or that bit of it. A decomposed kind's token id is
+ * lookup[k_lookup[k] + sum field value * stride] (strides: the fields' domains k_radix from k_radix_at[k],
+ * k_nfields[k] of them), -1 for none; a kind with k_decomposed 0 is in the `exact` set. whole: every row. */
+typedef struct {
+    size_t n_cols, n_kinds, n_factors;
+    const int32_t *cols;
+    const double *base, *absmax, *rel;    /* [K, U], [K, U], [K] */
+    const int32_t *f_kind, *f_field, *f_bit, *f_n, *f_m;
+    const int64_t *f_vals, *f_cols, *f_w;
+    const int64_t *vals;
+    const int32_t *fcols;
+    const double *w;
+    const int32_t *k_decomposed, *k_nfields;
+    const int64_t *k_radix_at, *k_radix, *k_lookup;
+    const int64_t *lookup;
+    qgpu_head_set whole, exact;
+} qgpu_head_bound;
+/* The first maximum of the whole head's logits for x (each logit its chunked bits; bf16: rounded), from the
+ * tables where they prove it, else from every row. work: 5 K + U + K * 16 doubles; logits: V floats. Returns
+ * the token id, or -1 when x holds a non-finite value (the dense product is the caller's). *proved: 1 when
+ * the tables decided. */
+int64_t qgpu_head_bound_argmax(const qgpu_head_bound *b, const float *x, int bf16, double *work, float *logits,
+                               int *proved);
 typedef struct {
     size_t n, d;
     const qgpu_cgdn *const *gdn;
@@ -226,6 +253,7 @@ typedef struct {
     size_t n_sets;
     const qgpu_head_set *sets;
     const int32_t *next_set;    /* [V]: the set of the logits after each token, -1 after a stop token */
+    const qgpu_head_bound *bound;   /* when not NULL, set 0 is the whole head and its argmax comes from here */
 } qgpu_circuit;
 /* One state's arrays: zero [n] (1 = layer still all +0; updated), conv [n][c, k-1], S, clean [n][nv]. */
 typedef struct {
@@ -240,6 +268,7 @@ void qgpu_circuit_layers(const qgpu_circuit *c, const qgpu_circuit_state *st, fl
 void qgpu_circuit_embed(const qgpu_circuit *c, int64_t token, float *h);
 void qgpu_circuit_final(const qgpu_circuit *c, const float *h, float *x);
 int64_t qgpu_head_argmax(const qgpu_head_set *set, const float *x, int bf16, float *logits);
+size_t qgpu_circuit_logits(const qgpu_circuit *c);
 int64_t qgpu_circuit_decode(const qgpu_circuit *c, const qgpu_circuit_state *st, int64_t token, float *const *ws,
                             float *scratch, int64_t *out, size_t max_tokens);
 /* CDEF END */

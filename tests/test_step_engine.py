@@ -1,11 +1,12 @@
 """The step engine (csrc/circuit.c, qgpu_min/model/step_engine.py) against the per-token path it replaces.
 
 Its kernels against their NumPy references (SELL products, the active-column product, the SiLU shortcuts),
-then whole launches on the GPU in the weights, fp32 and bf16: the engine's prefill and decode loop, its head
-reading only the rows the protocol allows (gpu/grammar.py), against Model.prefill / Model.decode with the
-whole vocabulary's argmax fed back token by token: the same generated tokens and every state array the same
-bits. Launches: loops with divergence, atomics, shared memory with barriers across warps, shuffles, votes,
-a grid of CTAs."""
+then whole launches on the GPU in the weights, fp32 and bf16: the engine's prefill and decode loop, its head's
+argmax decided by the factor tables (model/head_bound.py) or by every row, against Model.prefill /
+Model.decode with the whole vocabulary's argmax fed back token by token: the same generated tokens and every
+state array the same bits. Launches: loops with divergence, atomics, shared memory with barriers across
+warps, shuffles, votes, a grid of CTAs. The tables must decide every step of these launches (a bound that
+always fell back would be exact and useless), and their decision is the whole head's argmax."""
 from __future__ import annotations
 
 import copy
@@ -38,8 +39,8 @@ def _random_csr(rng, out: int, n_in: int, density: float) -> SparseBF16:
 
 def _c_sell(s: Sell):
     c = ffi.new("qgpu_sell *")
-    keep = [ffi.from_buffer("int32_t[]", s.start), ffi.from_buffer("int32_t[]", s.cols),
-            ffi.from_buffer("float[]", s.vals), ffi.from_buffer("int32_t[]", s.dest)]
+    keep = [ffi.from_buffer("int32_t[]", s.start), ffi.from_buffer("uint16_t[]", s.cols),
+            ffi.from_buffer("uint16_t[]", s.vals), ffi.from_buffer("int32_t[]", s.dest)]
     c.slices = s.slices
     c.start, c.cols, c.vals, c.dest = keep
     return c, keep
@@ -181,8 +182,9 @@ def test_engine_launch_equals_the_per_token_path_bit_for_bit(gpu, name, mode):
     model, engine = gpu.model(mode), gpu.engine(mode)
     want, want_state = _per_token_run(gpu, model, prompt)
     assert [gpu.token_at(i)[0] for i in want][-1] == "halt"
-    for whole in (False, True):       # the protocol's sets, and the whole vocabulary (--check)
-        rules = gpu.launch_rules(mode, [gpu.token_at(i) for i in prompt], whole)
+    V = len(gpu.tokens)
+    stop = np.where([t[0] in ("halt", "fault") for t in gpu.tokens], -1, 0)
+    for rules in (gpu.launch_rules(mode), engine.rules([np.arange(V)], stop)):   # bounded, every row
         state = model.new_state()
         got = [engine.first(state, prompt, rules)]
         got += engine.decode(state, got[0], rules, 5000)
@@ -192,12 +194,89 @@ def test_engine_launch_equals_the_per_token_path_bit_for_bit(gpu, name, mode):
         assert want == recorded          # the launch itself ran on the engine
 
 
+@pytest.mark.parametrize("mode", ["fp32", "bf16"])
+def test_the_factor_tables_decide_every_step_and_agree_with_every_row(gpu, mode):
+    """At every step of real launches the bounded argmax is decided by the tables (no fallback) and is the
+    argmax of the whole head's logits; a hidden nudged to a near tie is left to every row."""
+    model, engine = gpu.model(mode), gpu.engine(mode)
+    rules = gpu.launch_rules(mode)
+    for name in ("dot", "shfl_vote"):
+        prompt, gen = _prompt_ids(gpu, name)
+        state = model.new_state()
+        hidden = [model.forward_hidden(state, prompt)[-1]] + [model.forward_hidden(state, [t])[0] for t in gen[:-1]]
+        for x, want in zip(hidden, gen):
+            got, proved = engine.argmax_proved(x, rules, 0)
+            full = model._apply_head(model.weights.lm_head, x)
+            assert proved and got == want == int(np.argmax(full))
+
+
+def _bounded_argmax(head_bits, tokens, x, bf16=False):
+    """(argmax, proved) of qgpu_head_bound_argmax over a small head."""
+    from qgpu_min.model.head_bound import factor_tables
+    from qgpu_min.model.step_engine import c_bound, set_head_rows
+    keep: list = []
+    ch = kernels.ChunkedBF16.from_dense(head_bits, kernels.chunk_width())
+    tables = factor_tables(head_bits, tokens)
+    whole = ffi.new("qgpu_head_set *")
+    set_head_rows(whole, ch, np.arange(len(tokens)), keep)
+    b = c_bound(tables, ch, whole[0], keep)
+    work = np.empty(tables.cols.size + 19 * len(tables.kinds) + 1)
+    logits, proved = np.empty(len(tokens), np.float32), ffi.new("int *")
+    x = np.ascontiguousarray(x, np.float32)
+    best = lib.qgpu_head_bound_argmax(b, ffi.from_buffer("float[]", x), int(bf16), ffi.from_buffer("double[]", work),
+                                      ffi.from_buffer("float[]", logits), proved)
+    return int(best), bool(proved[0]), tables
+
+
+def _toy_head():
+    """Tokens ('a', i < 4, j < 2) as one-hot columns per field, ('b',), and ('c', k < 3, m < 2) with a column
+    that depends on k and m together (not decomposable: multiplied exactly). Columns 0-5 a's fields, 6 b's
+    kind, 7-12 c's, 13 shared by all."""
+    tokens = [("a", i, j) for i in range(4) for j in range(2)] + [("b",)] + [("c", k, m) for k in range(3)
+                                                                            for m in range(2)]
+    E = np.zeros((len(tokens), 16), np.float32)
+    E[:, 13] = 1.0
+    for r, t in enumerate(tokens):
+        if t[0] == "a":
+            E[r, t[1]] = 1.0
+            E[r, 4 + t[2]] = 1.0
+        elif t[0] == "b":
+            E[r, 6] = 2.0
+        else:
+            E[r, 7 + t[1]] = 1.0
+            E[r, 11] = float(t[1] * t[2] + 1)
+    return (E.view(np.uint32) >> 16).astype(np.uint16), tokens, E
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_bounded_argmax_proves_a_clear_winner_and_leaves_ties_to_every_row(bf16):
+    bits, tokens, E = _toy_head()
+    rng = np.random.default_rng(4)
+    for _ in range(200):
+        x = (rng.standard_normal(16) * 4).astype(np.float32)
+        logits = np.float32(E) @ x
+        want = int(np.argmax(kernels.round_bf16(logits) if bf16 else logits))
+        got, proved, tables = _bounded_argmax(bits, tokens, x, bf16)
+        assert got == want
+    assert [tables.kinds[k] for k in tables.exact] == ["c"]
+    x = np.zeros(16, np.float32)
+    x[[1, 2, 4]] = 5.0          # ('a', 1, 0) and ('a', 2, 0) tie: not proved, the first of them wins
+    assert _bounded_argmax(bits, tokens, x, bf16)[:2] == (tokens.index(("a", 1, 0)), False)
+    x[2] = 4.0                  # a clear winner
+    assert _bounded_argmax(bits, tokens, x, bf16)[:2] == (tokens.index(("a", 1, 0)), True)
+    x[:] = 0.0
+    x[11] = 3.0                 # ('c', 2, 1) wins through the exactly multiplied rows
+    assert _bounded_argmax(bits, tokens, x, bf16)[0] == tokens.index(("c", 2, 1))
+    x[0] = np.nan               # a non-finite hidden: the caller's dense product
+    assert _bounded_argmax(bits, tokens, x, bf16)[0] == -1
+
+
 def test_engine_and_per_token_path_take_turns_on_one_state(gpu):
     """The engine works on the State's own arrays: tokens alternately through Model.decode and the engine
     leave the state that either alone leaves."""
     prompt, gen = _prompt_ids(gpu, "hist")
     model, engine = gpu.model("fp32"), gpu.engine("fp32")
-    rules = gpu.launch_rules("fp32", [gpu.token_at(i) for i in prompt], True)
+    rules = gpu.launch_rules("fp32")
     alone, alone_state = _per_token_run(gpu, model, prompt)
     state = model.new_state()
     model.prefill(state, prompt[:50])
@@ -240,7 +319,7 @@ def test_a_non_finite_hidden_takes_the_dense_head_as_the_per_token_path_does(gpu
         S[S != 0] = np.inf
         base.clean[i][:] = 0
     a, b = copy.deepcopy(base), copy.deepcopy(base)
-    rules = gpu.launch_rules("fp32", [gpu.token_at(i) for i in prompt], True)
+    rules = gpu.launch_rules("fp32")
     want = [int(np.argmax(model.decode(a, gen[0])))]
     got = engine.decode(b, gen[0], rules, 1)
     assert got == want

@@ -22,7 +22,6 @@ from ..circuit.run import Readout, circuit_model, embedding_rows, read_rows, rea
 from ..model.forward import Model
 from ..model.step_engine import Rules, StepEngine
 from .core import GpuCircuit, build
-from .grammar import launch_shape_of, token_sets
 from .layout import GpuSpec
 from .program import GpuLaunchError
 from .vocab import Token, Vocab, all_tokens, token_name
@@ -45,7 +44,7 @@ class CompiledGpu:
     models: dict = field(default_factory=dict)   # mode -> Model
     loaded: OrderedDict = field(default_factory=OrderedDict)   # programs loaded before (load_state)
     engines: dict = field(default_factory=dict)  # mode -> StepEngine
-    rules: dict = field(default_factory=dict)    # (mode, LaunchShape, whole vocabulary) -> the engine's Rules
+    rules: dict = field(default_factory=dict)    # mode -> the engine's Rules (the whole vocabulary, bounded)
 
     def model(self, mode: str = "fp32") -> Model:
         if mode not in self.models:
@@ -58,14 +57,14 @@ class CompiledGpu:
             self.engines[mode] = StepEngine(self.model(mode))
         return self.engines[mode]
 
-    def launch_rules(self, mode: str, prompt: list[Token], whole: bool) -> Rules:
-        """The head's token sets for a launch of this prompt (grammar.py), built once per launch shape."""
-        key = (mode, None if whole else launch_shape_of(prompt), whole)
-        if key not in self.rules:
-            self.rules[key] = self.engine(mode).rules(*token_sets(self.tokens, key[1], whole))
-            while len(self.rules) > RULES_KEPT:
-                del self.rules[next(iter(self.rules))]
-        return self.rules[key]
+    def launch_rules(self, mode: str) -> Rules:
+        """The engine's head for launches: the argmax over the whole vocabulary, from the head's factor tables
+        where they prove it (model/head_bound.py); a launch ends after HALT or FAULT."""
+        if mode not in self.rules:
+            stop = np.array([t[0] in ("halt", "fault") for t in self.tokens])
+            self.rules[mode] = self.engine(mode).rules([np.arange(len(self.tokens))], np.where(stop, -1, 0),
+                                                       self.tokens)
+        return self.rules[mode]
 
     @cached_property
     def tokens(self) -> list[Token]:
@@ -152,7 +151,6 @@ class ModelRun:
 
 
 LOADED_KEPT = 4    # programs whose loaded state a compiled GPU keeps (a state is tens of MB)
-RULES_KEPT = 16    # launch shapes whose token sets a compiled GPU keeps
 
 
 def load_state(cg: CompiledGpu | MergedGpu, model: Model, mode: str, load: list[int], feed=None):
@@ -199,12 +197,12 @@ def run_launch(cg: CompiledGpu | MergedGpu, prompt: list[Token], mode: str = "fp
 
 def run_engine(cg: CompiledGpu, prompt: list[Token], mode: str = "fp32", max_generated: int = 100000,
                on_token=None, load_len: int = 0, full_vocab: bool = False) -> ModelRun:
-    """run_launch on the step engine: the prompt and the whole decode loop in C, the head over the tokens the
-    protocol allows after each one (grammar.py; the whole vocabulary with full_vocab). The same tokens and
-    state as Model.decode's loop, bit for bit (tests/test_step_engine.py). With on_token the loop goes one
-    token per call, so the callback sees the state after each."""
+    """run_launch on the step engine: the prompt and the whole decode loop in C, each argmax over the whole
+    vocabulary (full_vocab changes nothing here: that is always so). The same tokens and state as
+    Model.decode's loop, bit for bit (tests/test_step_engine.py). With on_token the loop goes one token per
+    call, so the callback sees the state after each."""
     engine, model = cg.engine(mode), cg.model(mode)
-    rules = cg.launch_rules(mode, prompt, full_vocab)
+    rules = cg.launch_rules(mode)
     ids = [cg.token_id(t) for t in prompt]
     state, reused = load_state(cg, model, mode, ids[:load_len], engine.prefill) if load_len \
         else (model.new_state(), 0)

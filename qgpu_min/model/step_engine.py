@@ -26,8 +26,13 @@ from . import kernels
 from .bf16 import bf16_to_f32
 from .kernels_ref import SparseBF16
 from .forward import Model, State
+from .head_bound import HeadTables, factor_tables
 
 LANES = int(lib.QGPU_SELL_LANES)
+
+
+class EngineError(Exception):
+    """The engine cannot take this model or state (the per-token path still can)."""
 
 
 # ---- the engine's sparse forms (NumPy; the C core only reads them) ----------------------------------------
@@ -38,8 +43,8 @@ class Sell:
     its longest row with weight +0 at column `pad` (where the input holds +0); dest: each lane's output
     index (-1 for the padding lanes)."""
     start: np.ndarray    # int32 [slices + 1], in steps
-    cols: np.ndarray     # int32 [LANES * steps]
-    vals: np.ndarray     # f32 [LANES * steps]
+    cols: np.ndarray     # uint16 [LANES * steps]
+    vals: np.ndarray     # uint16 [LANES * steps]: bf16 bits
     dest: np.ndarray     # int32 [LANES * slices]
 
     @property
@@ -51,6 +56,8 @@ class Sell:
         rows = np.asarray(rows, np.int64)
         dest = rows if dest is None else np.asarray(dest, np.int64)
         pad = w.shape[1] if pad is None else pad
+        if pad >= 1 << 16:
+            raise EngineError(f"a SELL matrix takes at most {(1 << 16) - 1} columns, not {w.shape[1]}")
         lengths = (w.indptr[rows + 1] - w.indptr[rows]).astype(np.int64)
         order = np.argsort(-lengths, kind="stable")
         rows, dest, lengths = rows[order], dest[order], lengths[order]
@@ -63,8 +70,8 @@ class Sell:
         start = np.zeros(n_slices + 1, np.int64)
         np.cumsum(steps, out=start[1:])
         total = int(start[-1])
-        cols = np.full(total * LANES, pad, np.int32)
-        vals = np.zeros(total * LANES, np.float32)
+        cols = np.full(total * LANES, pad, np.uint16)
+        vals = np.zeros(total * LANES, np.uint16)
         if total:
             # entry e of the lane at (slice s, lane r) sits at (start[s] + e) * LANES + r
             lane = np.repeat(np.arange(n_slices * LANES), lane_len)
@@ -72,7 +79,7 @@ class Sell:
             e = np.arange(lane.shape[0]) - np.repeat(np.cumsum(lane_len) - lane_len, lane_len)
             at = (start[lane // LANES] + e) * LANES + lane % LANES
             cols[at] = w.indices[first + e]
-            vals[at] = bf16_to_f32(w.values[first + e])
+            vals[at] = w.values[first + e]
         lane_dest = np.full(n_slices * LANES, -1, np.int64)
         lane_dest[:rows.shape[0]] = dest
         return cls(start.astype(np.int32), cols, vals, lane_dest.astype(np.int32))
@@ -83,7 +90,8 @@ class Sell:
         for s in range(self.slices):
             acc = np.zeros(LANES, np.float32)
             for k in range(int(self.start[s]), int(self.start[s + 1])):
-                acc = acc + self.vals[k * LANES:(k + 1) * LANES] * x[self.cols[k * LANES:(k + 1) * LANES]]
+                w = bf16_to_f32(self.vals[k * LANES:(k + 1) * LANES])
+                acc = acc + w * x[self.cols[k * LANES:(k + 1) * LANES]]
             for r in range(LANES):
                 if self.dest[s * LANES + r] >= 0:
                     y[self.dest[s * LANES + r]] = acc[r]
@@ -126,9 +134,65 @@ def csc_active_ref(ptr: np.ndarray, rows: np.ndarray, vals: np.ndarray, act: np.
 
 # ---- C descriptions ------------------------------------------------------------------------------------
 
+def c_bound(t: HeadTables, head: kernels.ChunkedBF16, whole, keep: list):
+    """The qgpu_head_bound of factor tables t over the chunked head (whole: its qgpu_head_set)."""
+    b = ffi.new("qgpu_head_bound *")
+    K = len(t.kinds)
+    f = t.factors
+    # the rounding of the chunked fp32 sum: at most (terms + a lane tree's adds) roundings of u = 2^-24 each,
+    # taken twice over; the double sums' own error is far below
+    rel = (t.terms.astype(np.float64) + 16.0) * 2.0 ** -23 + 2.0 ** -40
+    vals_at = np.cumsum([0] + [x.values.size for x in f])[:-1]
+    cols_at = np.cumsum([0] + [x.cols.size for x in f])[:-1]
+    w_at = np.cumsum([0] + [x.weights.size for x in f])[:-1]
+    decomposed = np.ones(K, np.int32)
+    decomposed[t.exact] = 0
+    radix_at = np.cumsum([0] + [len(r) for r in t.radix])[:-1]
+    lookup_at = np.cumsum([0] + [x.size for x in t.lookup])[:-1]
+    arrays = {
+        "cols": ("int32_t[]", t.cols.astype(np.int32)), "base": ("double[]", t.base.ravel()),
+        "absmax": ("double[]", t.absmax.ravel()), "rel": ("double[]", rel),
+        "f_kind": ("int32_t[]", np.array([x.kind for x in f], np.int32)),
+        "f_field": ("int32_t[]", np.array([x.field for x in f], np.int32)),
+        "f_bit": ("int32_t[]", np.array([x.bit for x in f], np.int32)),
+        "f_n": ("int32_t[]", np.array([x.values.size for x in f], np.int32)),
+        "f_m": ("int32_t[]", np.array([x.cols.size for x in f], np.int32)),
+        "f_vals": ("int64_t[]", vals_at.astype(np.int64)), "f_cols": ("int64_t[]", cols_at.astype(np.int64)),
+        "f_w": ("int64_t[]", w_at.astype(np.int64)),
+        "vals": ("int64_t[]", np.concatenate([x.values for x in f] + [np.zeros(1, np.int64)])),
+        "fcols": ("int32_t[]", np.concatenate([x.cols for x in f] + [np.zeros(1, np.int64)]).astype(np.int32)),
+        "w": ("double[]", np.concatenate([x.weights.ravel() for x in f] + [np.zeros(1)])),
+        "k_decomposed": ("int32_t[]", decomposed), "k_nfields": ("int32_t[]", np.array([len(r) for r in t.radix], np.int32)),
+        "k_radix_at": ("int64_t[]", radix_at.astype(np.int64)),
+        "k_radix": ("int64_t[]", np.array([v for r in t.radix for v in r] + [0], np.int64)),
+        "k_lookup": ("int64_t[]", lookup_at.astype(np.int64)),
+        "lookup": ("int64_t[]", np.concatenate(t.lookup + [np.zeros(1, np.int64)])),
+    }
+    for name, (ctype, a) in arrays.items():
+        a = np.ascontiguousarray(a)
+        buf = ffi.from_buffer(ctype, a)
+        keep.extend((a, buf))
+        setattr(b, name, buf)
+    b.n_cols, b.n_kinds, b.n_factors = t.cols.size, K, len(f)
+    b.whole = whole
+    set_head_rows(b.exact, head, np.flatnonzero(np.isin([t.kinds.index(k) for k in t.token_kinds], t.exact)), keep)
+    return b
+
+
+def set_head_rows(c, head: kernels.ChunkedBF16, ids: np.ndarray, keep: list) -> None:
+    """Describe the rows `ids` (ascending) of a chunked head to C as the qgpu_head_set c."""
+    ids = np.ascontiguousarray(ids, np.int64)
+    ptr, cols, values, small = chunk_rows(head, ids)
+    bufs = [ffi.from_buffer("int64_t[]", ptr), ffi.from_buffer("int32_t[]", cols), ffi.from_buffer("uint16_t[]", values),
+            ffi.NULL if small is None else ffi.from_buffer("int8_t[]", small), ffi.from_buffer("int64_t[]", ids)]
+    keep.extend((ptr, cols, values, small, ids, bufs))
+    c.rows, c.n_in, c.width = ids.size, head.shape[1], head.width
+    c.ptr, c.cols, c.w, c.w8, c.ids = bufs
+
+
 def _set_sell(c, s: Sell, keep: list) -> None:
-    bufs = [ffi.from_buffer("int32_t[]", s.start), ffi.from_buffer("int32_t[]", s.cols),
-            ffi.from_buffer("float[]", s.vals), ffi.from_buffer("int32_t[]", s.dest)]
+    bufs = [ffi.from_buffer("int32_t[]", s.start), ffi.from_buffer("uint16_t[]", s.cols),
+            ffi.from_buffer("uint16_t[]", s.vals), ffi.from_buffer("int32_t[]", s.dest)]
     c.slices = s.slices
     c.start, c.cols, c.vals, c.dest = bufs
     keep.extend((s, *bufs))
@@ -170,16 +234,16 @@ def _gdn_layer(step: kernels.GdnStep, w: dict, keep: list):
     for name, rows, m in (("qkv", active, w["qkv"]), ("z", z_rows, w["z"]), ("b", nonzero_rows(w["b"]), w["b"]),
                           ("a", nonzero_rows(w["a"]), w["a"]), ("out", out_rows, w["out"])):
         _set_sell(getattr(L, name), Sell.of(m, rows), keep)
-    for count, name, idx in (("n_active", "active", active), ("n_z_rows", "z_rows", z_rows),
+    breaks = np.flatnonzero(np.diff(active) != 1) + 1
+    runs = np.stack([active[np.r_[0, breaks]], active[np.r_[breaks - 1, active.size - 1]] + 1], 1) if active.size \
+        else np.zeros((0, 2), np.int64)
+    for count, name, idx in (("n_active", "active", active), ("n_runs", "runs", runs.reshape(-1)),
+                             ("n_z_rows", "z_rows", z_rows),
                              ("n_qk_heads", "qk_heads", qk), ("n_read", "read_heads", read),
                              ("n_out_rows", "out_rows", out_rows)):
-        setattr(L, count, len(idx))
+        setattr(L, count, len(idx) // (2 if name == "runs" else 1))
         setattr(L, name, _ints(idx, keep))
     return L
-
-
-class EngineError(Exception):
-    """The engine cannot take this model or state (the per-token path still can)."""
 
 
 class StepEngine:
@@ -238,10 +302,11 @@ class StepEngine:
 
     # ---- the protocol's token sets ----------------------------------------------------------------------
 
-    def rules(self, sets: list[np.ndarray], next_set: np.ndarray) -> "Rules":
+    def rules(self, sets: list[np.ndarray], next_set: np.ndarray, tokens: list[tuple] | None = None) -> "Rules":
         """The head's token sets (ascending ids each) and, for every token id, the set read after it
-        (-1: a stop token, never fed)."""
-        return Rules(self, sets, next_set)
+        (-1: a stop token, never fed). With `tokens` (the vocabulary as tuples, model/head_bound.py) set 0
+        must be the whole vocabulary, and its argmax comes from the head's factor tables."""
+        return Rules(self, sets, next_set, tokens)
 
     # ---- running ------------------------------------------------------------------------------------------
 
@@ -283,6 +348,7 @@ class StepEngine:
         c.eps, c.bf16 = float(self.model.config.rms_norm_eps), int(self.model.bf16)
         if rules is not None:
             c.n_sets, c.sets, c.next_set = len(rules.sets), rules.c_sets, rules.c_next
+            c.bound = rules.bound if rules.bound is not None else ffi.NULL
         return c, keep
 
     def _run(self, state: State, fn) -> object:
@@ -327,16 +393,27 @@ class StepEngine:
     def argmax(self, x: np.ndarray, rules: "Rules", set_index: int) -> int:
         """The token of set `set_index` whose logit for the final-normed hidden x is the largest (the first
         such, as np.argmax), each logit its full-head bits."""
+        return self.argmax_proved(x, rules, set_index)[0]
+
+    def argmax_proved(self, x: np.ndarray, rules: "Rules", set_index: int) -> tuple[int, bool]:
+        """argmax, and whether the head's factor tables decided it (else every logit of the set was computed)."""
         if set_index < 0:
             raise EngineError("no token may follow a stop token")
         x = kernels.check_activation("StepEngine", "x", x, (self.d,))
-        logits = np.empty(rules.sets[set_index].size, np.float32)
-        best = lib.qgpu_head_argmax(rules.c_sets + set_index, ffi.from_buffer("float[]", x), int(self.model.bf16),
-                                    ffi.from_buffer("float[]", logits))
+        logits = np.empty(rules.max_rows, np.float32)
+        if rules.bound is not None and set_index == 0:
+            work, proved = np.empty(rules.work, np.float64), ffi.new("int *")
+            best = lib.qgpu_head_bound_argmax(rules.bound, ffi.from_buffer("float[]", x), int(self.model.bf16),
+                                              ffi.from_buffer("double[]", work), ffi.from_buffer("float[]", logits),
+                                              proved)
+        else:
+            best = lib.qgpu_head_argmax(rules.c_sets + set_index, ffi.from_buffer("float[]", x), int(self.model.bf16),
+                                        ffi.from_buffer("float[]", logits))
+            proved = None
         if best < 0:   # a non-finite hidden: the dense product's logits, as the head gives them
             ids = rules.sets[set_index]
-            return int(ids[int(np.argmax(self.model._apply_head(self.model._head(ids), x)))])
-        return int(best)
+            return int(ids[int(np.argmax(self.model._apply_head(self.model._head(ids), x)))]), False
+        return int(best), bool(proved is not None and proved[0])
 
     def decode(self, state: State, token: int, rules: "Rules", max_tokens: int) -> list[int]:
         """Feed `token`, then each argmax of the head over the set rules name after the token just fed,
@@ -345,7 +422,7 @@ class StepEngine:
         self.model._check_ids([token])
         circuit, keep = self._circuit(rules)
         out = np.empty(max(1, max_tokens), np.int64)
-        scratch = np.empty(3 * self.d + rules.max_rows + 1, np.float32)
+        scratch = np.empty(3 * self.d + rules.max_rows + 2 + 2 * rules.work, np.float32)
         generated: list[int] = []
         while len(generated) < max_tokens:
             want = max_tokens - len(generated)
@@ -370,7 +447,8 @@ class StepEngine:
 class Rules:
     """The head's token sets for one engine, in C form (see StepEngine.rules)."""
 
-    def __init__(self, engine: StepEngine, sets: list[np.ndarray], next_set: np.ndarray) -> None:
+    def __init__(self, engine: StepEngine, sets: list[np.ndarray], next_set: np.ndarray,
+                 tokens: list[tuple] | None = None) -> None:
         V = engine._embed.shape[0]
         next_set = np.ascontiguousarray(next_set, np.int32)
         if next_set.shape != (V,) or next_set.max(initial=-1) >= len(sets):
@@ -385,11 +463,17 @@ class Rules:
         self._keep = [next_set]
         self.c_sets = ffi.new("qgpu_head_set[]", len(self.sets))
         for c, ids in zip(self.c_sets, self.sets):
-            ptr, cols, values, small = chunk_rows(head, ids)
-            bufs = [ffi.from_buffer("int64_t[]", ptr), ffi.from_buffer("int32_t[]", cols),
-                    ffi.from_buffer("uint16_t[]", values),
-                    ffi.NULL if small is None else ffi.from_buffer("int8_t[]", small), ffi.from_buffer("int64_t[]", ids)]
-            c.rows, c.n_in, c.width = ids.size, head.shape[1], head.width
-            c.ptr, c.cols, c.w, c.w8, c.ids = bufs
-            self._keep.extend((ptr, cols, values, small, ids, bufs))
+            set_head_rows(c, head, ids, self._keep)
         self.c_next = ffi.from_buffer("int32_t[]", next_set)
+        self.bound = None
+        if tokens is not None:
+            if len(tokens) != V or not np.array_equal(self.sets[0], np.arange(V)):
+                raise EngineError("a bounded head needs set 0 to be the whole vocabulary, one tuple per token")
+            self.tables = factor_tables(engine.model.weights.lm_head, tokens)
+            self.bound = c_bound(self.tables, head, self.c_sets[0], self._keep)
+            self.max_rows = max(self.max_rows, V)
+
+    @property
+    def work(self) -> int:
+        """Doubles of the bounded argmax's workspace."""
+        return self.tables.cols.size + 19 * len(self.tables.kinds) + 1 if self.bound is not None else 0

@@ -1,0 +1,121 @@
+"""An exact argmax over a structured LM head without computing every logit (the step engine's head).
+
+A circuit model's tied head rows are built from fields: a token is a tuple (kind, field, field, ...), and its
+row is a fixed row for its kind plus, for each field, columns that depend on that field alone (one-hot
+elements, or a bit of a binary field). Then a token's logit x . E[t] is, in exact arithmetic, its kind's base
+plus one term per factor (a field, or one bit of it): the largest logit of a kind is the sum of each factor's
+largest term, found in a few thousand multiply-adds instead of the head's 1.3 million.
+
+The argmax is still the whole head's, bit for bit (csrc/circuit.c, qgpu_head_bound_argmax): the candidate
+(each factor at its best value, in the kind whose bound is largest) gets its logit from the chunked product's
+own code, so its bits are the head's; it is taken only when every other token's logit is provably smaller:
+its kind's bound (or, for the candidate's own kind, the bound less the smallest gap between a factor's best
+and second-best term) plus a bound on the fp32 rounding of the chunked sum stays below the candidate's logit
+(in bf16 mode below its rounded logit less one bf16 step, so no other token can round to a tie). Otherwise,
+and for a non-finite hidden, the whole set's logits are computed and the first maximum taken. Kinds whose
+rows do not decompose this way are multiplied exactly every time.
+
+`factor_tables(head, tokens)` derives the tables from the head's rows and the token tuples alone, and checks
+that they rebuild every decomposed row exactly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .bf16 import bf16_to_f32
+
+
+@dataclass
+class Factor:
+    kind: int                 # index into HeadTables.kinds
+    field: int                # tuple position of the field (1, 2, ...)
+    bit: int                  # -1: the field's whole value; else this bit of it
+    values: np.ndarray        # int64 [n]: the values it takes in the kind
+    cols: np.ndarray          # int64 [m]: positions (in HeadTables.cols) of the columns that depend on it
+    weights: np.ndarray       # f64 [n, m]: those columns' weights for each value
+
+
+@dataclass
+class HeadTables:
+    cols: np.ndarray                      # int64 [U]: the head's columns that hold a nonzero
+    kinds: list[str]
+    base: np.ndarray                      # f64 [K, U]: each kind's columns that do not vary within it
+    absmax: np.ndarray                    # f64 [K, U]: the largest |weight| of each column in each kind
+    terms: np.ndarray                     # int64 [K]: the most nonzero weights a row of the kind has
+    factors: list[Factor]
+    radix: list[list[int]]                # per kind: each field's domain size (fields 1..)
+    lookup: list[np.ndarray]              # per kind: token id at the mixed-radix index of its fields (-1: none)
+    exact: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))   # ids of kinds not decomposed
+    token_kinds: list[str] = field(default_factory=list)                      # each token's kind
+
+
+def _depends_on(col: np.ndarray, key: np.ndarray) -> bool:
+    """Whether col (values over the kind's rows) is a function of key (same key, same value)."""
+    order = np.argsort(key, kind="stable")
+    k, c = key[order], col[order]
+    same = k[1:] == k[:-1]
+    return bool(np.all(c[1:][same] == c[:-1][same]))
+
+
+def factor_tables(head_bits: np.ndarray, tokens: list[tuple]) -> HeadTables:
+    """The tables of a head [V, d] (bf16 bits) whose row t belongs to tokens[t] (a tuple: kind, then int fields)."""
+    used = np.flatnonzero((head_bits & np.uint16(0x7FFF)).any(axis=0))
+    E = bf16_to_f32(np.ascontiguousarray(head_bits[:, used])).astype(np.float64)
+    kinds = sorted({t[0] for t in tokens}, key=[t[0] for t in tokens].index)
+    K, U = len(kinds), used.size
+    base, absmax, terms = np.zeros((K, U)), np.zeros((K, U)), np.zeros(K, np.int64)
+    factors: list[Factor] = []
+    radix: list[list[int]] = []
+    lookup: list[np.ndarray] = []
+    exact: list[int] = []
+    for ki, kind in enumerate(kinds):
+        rows = np.array([i for i, t in enumerate(tokens) if t[0] == kind], np.int64)
+        fields = np.array([tokens[i][1:] for i in rows], np.int64).reshape(rows.size, -1)
+        sub = E[rows]
+        absmax[ki] = np.abs(sub).max(axis=0)
+        terms[ki] = int((sub != 0).sum(axis=1).max())
+        varying = np.flatnonzero((sub != sub[0]).any(axis=0))
+        base[ki] = sub[0]
+        base[ki, varying] = 0.0
+        # each varying column depends on one field (else the kind is not decomposed); a field whose every
+        # column depends on one bit of it is split into bit factors, else it is one factor
+        by_field: dict[int, list[int]] = {}
+        ok = True
+        for c in varying:
+            f = next((f for f in range(fields.shape[1]) if _depends_on(sub[:, c], fields[:, f])), None)
+            if f is None:
+                ok = False
+                break
+            by_field.setdefault(f, []).append(int(c))
+        owner: dict[tuple[int, int], list[int]] = {}
+        for f, cs in by_field.items():
+            nbits = int(fields[:, f].max()).bit_length()
+            bit_of = [next((b for b in range(nbits) if _depends_on(sub[:, c], fields[:, f] >> b & 1)), None) for c in cs]
+            for c, b in zip(cs, bit_of):
+                owner.setdefault((f, -1 if None in bit_of else b), []).append(c)
+        dom = [int(fields[:, f].max()) + 1 for f in range(fields.shape[1])] if fields.size else []
+        # the decomposition must rebuild every row of the kind exactly, else the kind is multiplied exactly
+        rebuilt = np.tile(base[ki], (rows.size, 1))
+        kfactors = []
+        for (f, b), cs in sorted(owner.items()):
+            key = fields[:, f] if b < 0 else fields[:, f] >> b & 1
+            values, first = np.unique(key, return_index=True)
+            w = sub[first][:, cs]
+            kfactors.append(Factor(ki, f + 1, b, values.astype(np.int64), np.asarray(cs, np.int64), w))
+            rebuilt[:, cs] += w[np.searchsorted(values, key)]
+        distinct = np.unique(sub, axis=0).shape[0] == rows.size   # two tokens with one row would tie
+        if not ok or not distinct or not np.array_equal(rebuilt, sub) or int(np.prod(dom or [1])) > 1 << 20:
+            exact.append(ki)
+            radix.append([])
+            lookup.append(np.zeros(0, np.int64))
+            continue
+        factors += kfactors
+        table = np.full(int(np.prod(dom or [1])), -1, np.int64)
+        strides = np.cumprod([1] + dom[:-1]) if dom else np.zeros(0, np.int64)
+        table[(fields * strides).sum(axis=1) if dom else np.zeros(rows.size, np.int64)] = rows
+        radix.append(dom)
+        lookup.append(table)
+    return HeadTables(used.astype(np.int64), kinds, base, absmax, terms, factors, radix, lookup,
+                      np.asarray(exact, np.int64), [t[0] for t in tokens])

@@ -1,0 +1,241 @@
+"""The slow GPU suite as one command: every suite kernel at every launch shape that fits, fp32 and bf16, each
+under --check (tests/test_gpu_suite.py::test_every_fitting_suite_launch_exact_on_the_gpu), sharded over the
+cores, with progress, a record, and resume.
+
+    python3 tools/slow_suite.py [--workers N] [-k EXPR] [--fresh] [--record FILE] [--summary FILE]
+
+Workers are pytest processes (QGPU_THREADS=1 each) that take launches one at a time from a shared queue,
+longest first (by the record's last time for that launch, else by its threads x CTAs), so the long launches
+(powmod at 32 threads) start at once and the short ones fill in around them. Each finished launch is
+appended to the record (JSON lines: id, outcome, seconds, the code key) as it finishes; a rerun with the
+same code key skips the launches already passed (or skipped: they do not fit), so a stopped run resumes where
+it stopped. The key is a hash of what decides the results: the package's sources and the C core, and the
+suite's tests and kernels; any change there starts the record afresh (--fresh does so on purpose). At the
+end the summary (counts, wall time, the slowest launches, any failure) is written to --summary
+(docs/gpu_slow_suite.md). Exits 1 if a launch failed.
+
+As a pytest plugin (`-p slow_suite`, QGPU_SLOW_QUEUE set) the same file is a worker's loop.
+"""
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TEST = "tests/test_gpu_suite.py::test_every_fitting_suite_launch_exact_on_the_gpu"
+RECORD = ROOT / "docs" / "records" / "gpu_slow_suite.jsonl"
+SUMMARY = ROOT / "docs" / "gpu_slow_suite.md"
+KEYED = ("qgpu_min", "csrc", "tests/kernels", "tests/kernel_suite.py", "tests/test_gpu_suite.py",
+         "tests/test_kernel_suite.py")
+
+
+def code_key(root: Path = ROOT) -> str:
+    """sha256 over the files that decide the suite's results (KEYED), path and bytes, in path order."""
+    h = hashlib.sha256()
+    files = []
+    for part in KEYED:
+        p = root / part
+        files += sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
+    for f in files:
+        if f.suffix in (".so", ".o", ".pyc") or "__pycache__" in f.parts or f.name == "_core.c":
+            continue
+        h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def read_record(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:     # a line cut short by a killed run: the launch runs again
+            continue
+    return out
+
+
+def _append(path: Path, entry: dict) -> None:
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.write(json.dumps(entry) + "\n")
+        f.flush()
+        fcntl.flock(f, fcntl.LOCK_UN)
+
+
+# ---- the worker (a pytest plugin) ----------------------------------------------------------------------
+
+def _claim(queue: Path) -> str | None:
+    """The next launch id of the queue file (ids one a line after a counter line), or None when none is left."""
+    with open(queue, "r+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        lines = f.read().splitlines()
+        nxt = int(lines[0])
+        ids = lines[1:]
+        if nxt >= len(ids):
+            return None
+        f.seek(0)
+        f.write(f"{nxt + 1:>10}\n" + "\n".join(ids) + "\n")
+        f.truncate()
+        return ids[nxt]
+
+
+def pytest_runtestloop(session):
+    queue = os.environ.get("QGPU_SLOW_QUEUE")
+    if queue is None:
+        return None
+    items = {item.nodeid: item for item in session.items}
+    record, key, worker = Path(os.environ["QGPU_SLOW_RECORD"]), os.environ["QGPU_SLOW_KEY"], os.environ["QGPU_SLOW_WORKER"]
+    while (nodeid := _claim(Path(queue))) is not None:
+        item = items.get(nodeid)
+        if item is None:
+            _append(record, {"id": nodeid, "outcome": "missing", "key": key, "worker": worker})
+            continue
+        item.ihook.pytest_runtest_protocol(item=item, nextitem=None)
+    return True
+
+
+def pytest_runtest_logreport(report):
+    if os.environ.get("QGPU_SLOW_QUEUE") is None:
+        return
+    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+        entry = {"id": report.nodeid, "outcome": report.outcome, "seconds": round(report.duration, 2),
+                 "key": os.environ["QGPU_SLOW_KEY"], "worker": os.environ["QGPU_SLOW_WORKER"]}
+        if report.outcome != "passed":
+            entry["message"] = str(report.longrepr)[-2000:]
+        _append(Path(os.environ["QGPU_SLOW_RECORD"]), entry)
+
+
+# ---- the coordinator -----------------------------------------------------------------------------------
+
+def collect(test: str, expr: str | None) -> list[str]:
+    cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "slow", "-p", "no:cacheprovider", test]
+    if expr:
+        cmd += ["-k", expr]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    ids = [line.strip() for line in out.stdout.splitlines() if "::" in line and not line.startswith(" ")]
+    if out.returncode not in (0, 5) or (not ids and out.returncode != 5):
+        raise SystemExit(f"collecting the slow suite failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
+    return ids
+
+
+def _shape_size(nodeid: str) -> int:
+    m = re.search(r"-g(\d+)x(\d+)-b(\d+)x(\d+)-", nodeid)
+    return int(m[1]) * int(m[2]) * int(m[3]) * int(m[4]) if m else 0
+
+
+def order(ids: list[str], seconds: dict[str, float]) -> list[str]:
+    """Longest first: a launch's last recorded time, else (all unknown ones after the known) its size."""
+    return sorted(ids, key=lambda i: (i not in seconds, -seconds.get(i, 0.0), -_shape_size(i), i))
+
+
+def _progress(done: list[dict], total: int, t0: float, est_left: float) -> str:
+    counts = {o: sum(1 for d in done if d["outcome"] == o) for o in ("passed", "skipped", "failed")}
+    mins = (time.time() - t0) / 60
+    return (f"[{time.strftime('%H:%M:%S')}] {len(done)}/{total} done: {counts['passed']} passed, "
+            f"{counts['skipped']} skipped, {counts['failed']} failed; {mins:.1f} min"
+            + (f", ~{est_left / 60:.0f} min of work left" if est_left else ""))
+
+
+def _first_error(message: str) -> str:
+    """The first `E ` line of a pytest failure (its assertion or exception), else its last line."""
+    errors = [line[1:].strip() for line in message.splitlines() if line.startswith("E ")]
+    return (errors[0] if errors else (message.splitlines() or [""])[-1])[:300]
+
+
+def write_summary(path: Path, key: str, entries: list[dict], wall: float, workers: int, cmd: str) -> None:
+    by_outcome: dict[str, list[dict]] = {}
+    for e in entries:
+        by_outcome.setdefault(e["outcome"], []).append(e)
+    modes = {m: sum(1 for e in by_outcome.get("passed", []) if e["id"].endswith(f"-{m}]")) for m in ("fp32", "bf16")}
+    lines = ["# The `-m slow` GPU suite: the record", "",
+             f"Written by `{cmd}` (tools/slow_suite.py) on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+             f"code key `{key}` (a hash of the package, the C core and the suite; the full record, one line a launch, "
+             f"is docs/records/gpu_slow_suite.jsonl).", "",
+             f"- launches: {len(entries)}; passed {len(by_outcome.get('passed', []))} (fp32 {modes['fp32']}, bf16 "
+             f"{modes['bf16']}), skipped (do not fit) {len(by_outcome.get('skipped', []))}, failed "
+             f"{len(by_outcome.get('failed', []))}",
+             f"- this run's wall time: {wall / 60:.1f} min on {workers} workers; the launches' own times add up to "
+             f"{sum(e.get('seconds', 0) for e in entries) / 60:.1f} min", ""]
+    slow = sorted(entries, key=lambda e: -e.get("seconds", 0))[:10]
+    lines += ["The slowest launches:", ""] + [f"- {e['id'].split('[')[1][:-1]}: {e.get('seconds', 0):.0f} s" for e in slow]
+    fails = by_outcome.get("failed", []) + by_outcome.get("missing", [])
+    if fails:
+        lines += ["", "Failures:", ""] + [f"- {e['id']}: {_first_error(e.get('message', e['outcome']))}" for e in fails]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="pytest workers (default: the cores)")
+    ap.add_argument("-k", dest="expr", help="only launches matching this pytest -k expression")
+    ap.add_argument("--fresh", action="store_true", help="forget the record's earlier results")
+    ap.add_argument("--record", type=Path, default=RECORD)
+    ap.add_argument("--summary", type=Path, default=SUMMARY)
+    ap.add_argument("--test", default=TEST, help=argparse.SUPPRESS)    # another test function (the tool's tests)
+    a = ap.parse_args(argv)
+    if a.workers < 1:
+        ap.error("--workers must be at least 1")
+    key = code_key()
+    a.record.parent.mkdir(parents=True, exist_ok=True)
+    earlier = read_record(a.record)
+    if a.fresh or any(e.get("key") != key for e in earlier):
+        if earlier:
+            print(f"the record holds another code key or --fresh: starting afresh ({a.record})")
+            a.record.rename(a.record.with_suffix(".jsonl.old"))
+        earlier = []
+    seconds = {e["id"]: e["seconds"] for e in earlier if "seconds" in e}
+    finished = {e["id"] for e in earlier if e["outcome"] in ("passed", "skipped")}
+    ids = collect(a.test, a.expr)
+    todo = order([i for i in ids if i not in finished], seconds)
+    print(f"slow suite: {len(ids)} launches, {len(ids) - len(todo)} already in the record (key {key}), "
+          f"{len(todo)} to run on {a.workers} workers")
+    t0 = time.time()
+    if todo:
+        queue = a.record.with_suffix(".queue")
+        queue.write_text(f"{0:>10}\n" + "\n".join(todo) + "\n")
+        env = {**os.environ, "QGPU_THREADS": "1", "QGPU_SLOW_QUEUE": str(queue), "QGPU_SLOW_RECORD": str(a.record),
+               "QGPU_SLOW_KEY": key, "PYTHONPATH": os.pathsep.join([str(ROOT / "tools"), os.environ.get("PYTHONPATH", "")])}
+        workers = [subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-m", "slow", "-p", "slow_suite", "-p",
+                                     "no:cacheprovider", a.test] + (["-k", a.expr] if a.expr else []),
+                                    cwd=ROOT, env={**env, "QGPU_SLOW_WORKER": str(w)}, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.STDOUT)
+                   for w in range(a.workers)]
+        last = ""
+        try:
+            while any(p.poll() is None for p in workers):
+                time.sleep(5)
+                now = [e for e in read_record(a.record) if e["id"] in set(todo)]
+                left = sum(seconds.get(i, 0) for i in todo if i not in {e["id"] for e in now}) / a.workers
+                line = _progress(now, len(todo), t0, left)
+                if line != last:
+                    print(line, flush=True)
+                    last = line
+        except KeyboardInterrupt:
+            for p in workers:
+                p.terminate()
+            print("stopped; a rerun resumes from the record")
+            return 130
+        finally:
+            queue.unlink(missing_ok=True)
+    entries = {e["id"]: e for e in read_record(a.record) if e.get("key") == key}
+    final = [entries[i] for i in ids if i in entries]
+    write_summary(a.summary, key, final, time.time() - t0, a.workers,
+                  "python3 tools/slow_suite.py" + (f" -k '{a.expr}'" if a.expr else ""))
+    failed = [e for e in final if e["outcome"] not in ("passed", "skipped")]
+    missing = [i for i in ids if i not in entries]
+    print(f"done in {(time.time() - t0) / 60:.1f} min: {len(final)} of {len(ids)} recorded, {len(failed)} failed, "
+          f"{len(missing)} not run; summary in {a.summary}")
+    return 1 if failed or missing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
