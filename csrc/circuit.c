@@ -499,6 +499,18 @@ void qgpu_circuit_final(const qgpu_circuit *C, const float *h, float *x) {
     if (C->bf16) qgpu_round_bf16(x, C->d);
 }
 
+/* The tokens ids[0..n) through every layer; x = scratch + 2 d gets the last one's final-normed hidden.
+ * scratch: 3 d floats. */
+void qgpu_circuit_prefill(const qgpu_circuit *C, const qgpu_circuit_state *st, const int64_t *ids, size_t n,
+                          float *const *ws, float *scratch) {
+    float *h = scratch, *tmp = h + C->d, *x = tmp + C->d;
+    for (size_t i = 0; i < n; i++) {
+        qgpu_circuit_embed(C, ids[i], h);
+        qgpu_circuit_layers(C, st, h, ws, tmp);
+    }
+    qgpu_circuit_final(C, h, x);
+}
+
 /* Floats of logits the decode loop needs (the largest set's rows, and the bounded argmax's whole head). */
 size_t qgpu_circuit_logits(const qgpu_circuit *C) {
     size_t n = C->bound ? C->bound->whole.rows : 0;

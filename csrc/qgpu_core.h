@@ -268,6 +268,8 @@ void qgpu_circuit_layers(const qgpu_circuit *c, const qgpu_circuit_state *st, fl
 void qgpu_circuit_embed(const qgpu_circuit *c, int64_t token, float *h);
 void qgpu_circuit_final(const qgpu_circuit *c, const float *h, float *x);
 int64_t qgpu_head_argmax(const qgpu_head_set *set, const float *x, int bf16, float *logits);
+void qgpu_circuit_prefill(const qgpu_circuit *c, const qgpu_circuit_state *st, const int64_t *ids, size_t n,
+                          float *const *ws, float *scratch);
 size_t qgpu_circuit_logits(const qgpu_circuit *c);
 int64_t qgpu_circuit_decode(const qgpu_circuit *c, const qgpu_circuit_state *st, int64_t token, float *const *ws,
                             float *scratch, int64_t *out, size_t max_tokens);

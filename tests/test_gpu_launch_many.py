@@ -51,3 +51,25 @@ def test_launch_many_on_a_backend_without_a_batch_form_runs_them_one_by_one():
     assert [r.arrays["out"].tolist() for r in results] == \
         [launch(k, a, block=(4, 1)).arrays["out"].tolist() for a in DOT_SETS]
     assert launch_many(k, []) == []
+
+
+def test_circuit_batches_run_on_threads_with_each_launch_as_alone(dot_prompts, monkeypatch):
+    """The circuit backend's batch form: the step engine runs launches on the core's threads (2 here, whatever
+    the machine has), and launch_many on it gives each launch's own result."""
+    from qgpu_min.gpu import model as gpu_model
+    from qgpu_min.model import kernels
+    prompts, loads = dot_prompts
+    cg = compiled()
+    monkeypatch.setattr(kernels, "threads", lambda: 1)
+    one = run_launches(cg, prompts * 2, "fp32", load_lens=loads * 2)
+    used = []
+    real_pool = gpu_model.ThreadPoolExecutor
+    monkeypatch.setattr(gpu_model, "ThreadPoolExecutor", lambda n: used.append(n) or real_pool(n))
+    monkeypatch.setattr(kernels, "threads", lambda: 2)
+    two = run_launches(cg, prompts * 2, "fp32", load_lens=loads * 2)
+    assert used == [2]
+    assert [r.generated for r in two] == [r.generated for r in one]
+    assert [r.memory for r in two] == [r.memory for r in one]
+    k = compile_kernel(ROOT / "examples" / "dot.cu")
+    assert [r.arrays["out"].tolist() for r in launch_many(k, DOT_SETS, block=(4, 1), backend="circuit")] == \
+        [[32], [-1], [12]]

@@ -77,6 +77,24 @@ def run_launch(program: Program, memory: list[int], grid: tuple[int, int], block
     return _launch(compiled(SPEC, progress), program, memory, grid, block, step_limit, mode, check, trace)
 
 
+def run_launches(launches: list[tuple[Program, list[int]]], grid: tuple[int, int], block: tuple[int, int],
+                 step_limit: int | None, mode: str = "fp32", progress: Callable[[str], None] | None = None,
+                 **options: Any) -> list[BackendRun]:
+    """Several launches on the circuit-only GPU, on the step engine's threads (model.run_launches); each result
+    is the one run_launch gives for that launch alone."""
+    _checked_options("circuit", mode, options, "mode and progress (a batch is not checked or traced)")
+    grid, block = launch_shape(grid, block, SPEC)
+    for program, _ in launches:
+        check_supported(program, SPEC)
+    cg = compiled(SPEC, progress)
+    parts = [prompt_parts(program, memory, block, SPEC, grid) for program, memory in launches]
+    with _step_limit_named(step_limit):
+        runs = run_models(cg, [load + rest for load, rest in parts], mode, _token_limit(step_limit, grid),
+                          [len(load) for load, _ in parts])
+    return [_backend_run(cg, load + rest, run, memory, mode, False)
+            for (load, rest), run, (_, memory) in zip(parts, runs, launches)]
+
+
 def run_launch_model(program: Program, memory: list[int], grid: tuple[int, int], block: tuple[int, int],
                      step_limit: int | None, model: str | None = None, mode: str = "fp32", check: bool = False,
                      trace: Callable[[str], None] | None = None, progress: Callable[[str], None] | None = None,
@@ -194,4 +212,5 @@ def _backend_run(cg, toks: list[Token], run, memory: list[int], mode: str, check
 
 run_launch.block_format = lambda: _block_format(SPEC)     # launch() lowers kernels for this format
 run_launch_model.block_format = run_launch.block_format
-run_launch_model.many = run_launches_model    # launch_many's batch form (host/launch.py)
+run_launch.many = run_launches                # launch_many's batch form (host/launch.py)
+run_launch_model.many = run_launches_model

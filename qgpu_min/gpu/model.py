@@ -8,7 +8,9 @@ state (circuit.run.read_rows). Nothing here computes a result.
 from __future__ import annotations
 
 import copy
+import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -19,6 +21,7 @@ from ..circuit.compile import BaseShape, Plan, check_exact_weights, emit, plan
 from ..circuit.ir import MemOp
 from ..circuit.margin import static_check
 from ..circuit.run import Readout, circuit_model, embedding_rows, read_rows, readout, row_words
+from ..model import kernels
 from ..model.forward import Model
 from ..model.step_engine import Rules, StepEngine
 from .core import GpuCircuit, build
@@ -151,6 +154,7 @@ class ModelRun:
 
 
 LOADED_KEPT = 4    # programs whose loaded state a compiled GPU keeps (a state is tens of MB)
+_LOADED_LOCK = threading.Lock()
 
 
 def load_state(cg: CompiledGpu | MergedGpu, model: Model, mode: str, load: list[int], feed=None):
@@ -159,14 +163,18 @@ def load_state(cg: CompiledGpu | MergedGpu, model: Model, mode: str, load: list[
     ids come again: the sequence goes on from exactly the state feeding them would give, so the launch that
     follows is the same launch, token for token (tests). Returns (state, tokens taken up from a kept state)."""
     key = (mode, tuple(load))
-    if key in cg.loaded:
-        cg.loaded.move_to_end(key)
-        return copy.deepcopy(cg.loaded[key]), len(load)
+    with _LOADED_LOCK:       # launches on several threads share the kept states
+        kept = cg.loaded.get(key)
+        if kept is not None:
+            cg.loaded.move_to_end(key)
+    if kept is not None:
+        return copy.deepcopy(kept), len(load)
     state = model.new_state()
     (feed or model.prefill)(state, load)
-    cg.loaded[key] = copy.deepcopy(state)
-    while len(cg.loaded) > LOADED_KEPT:
-        cg.loaded.popitem(last=False)
+    with _LOADED_LOCK:
+        cg.loaded[key] = copy.deepcopy(state)
+        while len(cg.loaded) > LOADED_KEPT:
+            cg.loaded.popitem(last=False)
     return state, 0
 
 
@@ -221,9 +229,14 @@ def run_engine(cg: CompiledGpu, prompt: list[Token], mode: str = "fp32", max_gen
 
 def run_launches(cg: CompiledGpu | MergedGpu, prompts: list[list[Token]], mode: str = "fp32",
                  max_generated: int = 100000, load_lens: list[int] | None = None) -> list[ModelRun]:
-    """Several independent launches decoded together: every step feeds each unfinished launch's token
-    through one Model.decode_batch (one pass over the weights for the whole batch). Launch j's tokens and
-    memory are exactly run_launch's for prompts[j] alone (decode_batch's rows are decode's, bit for bit)."""
+    """Several independent launches: on the circuit-only model each on the step engine, as many at once as
+    the core has threads (kernels.threads(); each launch is one C call that releases the GIL); through a
+    merged checkpoint decoded together, every step feeding each unfinished launch's token through one
+    Model.decode_batch (one pass over the weights for the whole batch). Launch j's tokens and memory are
+    exactly run_launch's for prompts[j] alone (the engine's steps and decode_batch's rows are decode's, bit
+    for bit)."""
+    if isinstance(cg, CompiledGpu):
+        return _engine_batch(cg, prompts, mode, max_generated, load_lens or [0] * len(prompts))
     model = cg.model(mode)
     subset = getattr(cg, "launch_ids", None)
     load_lens = load_lens or [0] * len(prompts)
@@ -248,6 +261,24 @@ def run_launches(cg: CompiledGpu | MergedGpu, prompts: list[list[Token]], mode: 
                                         token_subset=subset)
     return [ModelRun(p, g, row_words(read_rows(cg.data, st.recurrent)), r)
             for p, g, st, (_, r, _) in zip(prompts, generated, states, starts)]
+
+
+def _engine_batch(cg: CompiledGpu, prompts: list[list[Token]], mode: str, max_generated: int,
+                  load_lens: list[int]) -> list[ModelRun]:
+    cg.engine(mode), cg.launch_rules(mode)           # built once, before the threads share them
+
+    def one(j: int) -> ModelRun:
+        try:
+            return run_engine(cg, prompts[j], mode, max_generated, None, load_lens[j])
+        except GpuLaunchError as e:       # say which launch of the batch (the error keeps its type)
+            e.in_batch = f"launch {j} of {len(prompts)}: "
+            e.args = (f"{e.in_batch}{e}",)
+            raise
+    workers = max(1, min(len(prompts), kernels.threads()))
+    if workers == 1:
+        return [one(j) for j in range(len(prompts))]
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(one, range(len(prompts))))
 
 
 def _start(cg, model: Model, mode: str, prompt: list[Token], load_len: int, subset):

@@ -438,8 +438,8 @@ def launch_many(kernel: CompiledKernel, args_list: list[list], grid=(1, 1), bloc
                 step_limit: int | None = None, **backend_options: Any) -> list[LaunchResult]:
     """The kernel launched once per argument list, all with one shape (``block`` defaults from the first list).
     Result j is what ``launch(kernel, args_list[j], ...)`` returns. On a backend with a batch form ('model':
-    the launches decode together, one pass over the weights per step for all of them) they run together;
-    on the others one after another."""
+    the launches decode together, one pass over the weights per step for all of them; 'circuit': the step
+    engine runs them on the core's threads) they run together; on the others one after another."""
     run_launch = load_backend(backend)
     many = getattr(run_launch, "many", None)
     if not args_list:

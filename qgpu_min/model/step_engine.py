@@ -262,13 +262,13 @@ class StepEngine:
         self._mlp = [_mlp_layer(model._mlp_steps[i], self._keep) for i in range(n)]
         self._keep.extend((model._gdn_steps, model._mlp_steps))   # their buffers back the layer structs
         self._silent = np.asarray([i in model.silent_mixers for i in range(n)], np.int32)
-        self._ws = self.workspace()
+        self._pool: list = []           # free workspaces: one per call in flight (launches on several threads)
         self._final = kernels.check_activation("StepEngine", "final_norm", weights.final_norm, (self.d,))
         self._embed = weights.embed
         if not (isinstance(self._embed, np.ndarray) and self._embed.dtype == np.uint16
                 and self._embed.flags.c_contiguous):
             raise EngineError("the step engine needs the embedding as contiguous bf16 bits")
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()    # guards the pool only: calls on different states run concurrently
 
     @staticmethod
     def unsupported(model: Model) -> str | None:
@@ -352,37 +352,33 @@ class StepEngine:
         return c, keep
 
     def _run(self, state: State, fn) -> object:
-        """fn(circuit state, ws pointers) under the lock, with State's zero set kept in step."""
+        """fn(circuit state, workspace pointers) with a workspace of the pool, State's zero set kept in step.
+        One state is used by one thread at a time; different states may run at once."""
         with self._lock:
+            ws = self._pool.pop() if self._pool else None
+        if ws is None:
+            arrays = self.workspace()
+            ws = (arrays, ffi.new("float *[]", [ffi.from_buffer("float[]", a) for a in arrays]))
+        try:
             c, zero, _ = self.bind(state)
             zero[:] = [i in state.zero for i in range(self.n)]
             try:
-                return fn(c)
+                return fn(c, ws[1])
             finally:
                 state.zero.difference_update(np.flatnonzero(zero == 0).tolist())
-
-    def _ws_ptrs(self):
-        if not hasattr(self, "_ws_c"):
-            self._ws_c = ffi.new("float *[]", [ffi.from_buffer("float[]", a) for a in self._ws])
-        return self._ws_c
+        finally:
+            with self._lock:
+                self._pool.append(ws)
 
     def prefill(self, state: State, token_ids) -> np.ndarray:
         """Feed the tokens through every layer (no head); returns the final-normed hidden of the last, f32 [d]."""
-        ids = self.model._check_ids(token_ids)
+        ids = np.ascontiguousarray(self.model._check_ids(token_ids), np.int64)
         circuit, keep = self._circuit(None)
         scratch = np.empty(3 * self.d, np.float32)
-        h, tmp, x = scratch[:self.d], scratch[self.d:2 * self.d], scratch[2 * self.d:]
-        ws = self._ws_ptrs()
-        hp, tp, xp = (ffi.from_buffer("float[]", a) for a in (h, tmp, x))
-
-        def run(c):
-            for t in ids.tolist():
-                lib.qgpu_circuit_embed(circuit, t, hp)
-                lib.qgpu_circuit_layers(circuit, c, hp, ws, tp)
-            lib.qgpu_circuit_final(circuit, hp, xp)
-        self._run(state, run)
+        self._run(state, lambda c, ws: lib.qgpu_circuit_prefill(circuit, c, ffi.from_buffer("int64_t[]", ids),
+                                                                 ids.size, ws, ffi.from_buffer("float[]", scratch)))
         state.pos += int(ids.shape[0])
-        return x.copy()
+        return scratch[2 * self.d:].copy()
 
     def first(self, state: State, token_ids, rules: "Rules") -> int:
         """Prefill the tokens; the argmax of the head over the set rules name after the last of them."""
@@ -426,9 +422,8 @@ class StepEngine:
         generated: list[int] = []
         while len(generated) < max_tokens:
             want = max_tokens - len(generated)
-            n = self._run(state, lambda c: lib.qgpu_circuit_decode(
-                circuit, c, token, self._ws_ptrs(), ffi.from_buffer("float[]", scratch),
-                ffi.from_buffer("int64_t[]", out), want))
+            n = self._run(state, lambda c, ws: lib.qgpu_circuit_decode(
+                circuit, c, token, ws, ffi.from_buffer("float[]", scratch), ffi.from_buffer("int64_t[]", out), want))
             fed = n if n >= 0 else -n - 1     # tokens generated; as many were fed (the first one `token`)
             generated.extend(out[:fed].tolist())
             state.pos += fed
