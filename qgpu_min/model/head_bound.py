@@ -51,12 +51,27 @@ class HeadTables:
     token_kinds: list[str] = field(default_factory=list)                      # each token's kind
 
 
-def _depends_on(col: np.ndarray, key: np.ndarray) -> bool:
-    """Whether col (values over the kind's rows) is a function of key (same key, same value)."""
-    order = np.argsort(key, kind="stable")
-    k, c = key[order], col[order]
-    same = k[1:] == k[:-1]
-    return bool(np.all(c[1:][same] == c[:-1][same]))
+class _Keys:
+    """Whether a column (values over a kind's rows) is a function of a key (same key, same value); each key's
+    sort is done once."""
+
+    def __init__(self) -> None:
+        self._sorted: dict = {}
+
+    def depends(self, col: np.ndarray, name: tuple, key: np.ndarray) -> bool:
+        if name not in self._sorted:
+            order = np.argsort(key, kind="stable")
+            self._sorted[name] = (order, key[order][1:] == key[order][:-1])
+        order, same = self._sorted[name]
+        c = col[order]
+        return bool(np.all(c[1:][same] == c[:-1][same]))
+
+
+def _distinct_rows(sub: np.ndarray, rng: np.random.Generator) -> bool:
+    """Whether no two rows are equal: two random projections of each row, compared as pairs (equal rows give
+    equal pairs; unequal ones almost never do, and if they did the kind would only be multiplied exactly)."""
+    h = sub @ rng.standard_normal((sub.shape[1], 2))
+    return np.unique(h.view(np.complex128)).size == sub.shape[0]
 
 
 def factor_tables(head_bits: np.ndarray, tokens: list[tuple]) -> HeadTables:
@@ -70,7 +85,9 @@ def factor_tables(head_bits: np.ndarray, tokens: list[tuple]) -> HeadTables:
     radix: list[list[int]] = []
     lookup: list[np.ndarray] = []
     exact: list[int] = []
+    rng = np.random.default_rng(0)
     for ki, kind in enumerate(kinds):
+        keys = _Keys()
         rows = np.array([i for i, t in enumerate(tokens) if t[0] == kind], np.int64)
         fields = np.array([tokens[i][1:] for i in rows], np.int64).reshape(rows.size, -1)
         sub = E[rows]
@@ -84,7 +101,7 @@ def factor_tables(head_bits: np.ndarray, tokens: list[tuple]) -> HeadTables:
         by_field: dict[int, list[int]] = {}
         ok = True
         for c in varying:
-            f = next((f for f in range(fields.shape[1]) if _depends_on(sub[:, c], fields[:, f])), None)
+            f = next((f for f in range(fields.shape[1]) if keys.depends(sub[:, c], (f, -1), fields[:, f])), None)
             if f is None:
                 ok = False
                 break
@@ -92,7 +109,8 @@ def factor_tables(head_bits: np.ndarray, tokens: list[tuple]) -> HeadTables:
         owner: dict[tuple[int, int], list[int]] = {}
         for f, cs in by_field.items():
             nbits = int(fields[:, f].max()).bit_length()
-            bit_of = [next((b for b in range(nbits) if _depends_on(sub[:, c], fields[:, f] >> b & 1)), None) for c in cs]
+            bit_of = [next((b for b in range(nbits) if keys.depends(sub[:, c], (f, b), fields[:, f] >> b & 1)), None)
+                      for c in cs]
             for c, b in zip(cs, bit_of):
                 owner.setdefault((f, -1 if None in bit_of else b), []).append(c)
         dom = [int(fields[:, f].max()) + 1 for f in range(fields.shape[1])] if fields.size else []
@@ -105,7 +123,7 @@ def factor_tables(head_bits: np.ndarray, tokens: list[tuple]) -> HeadTables:
             w = sub[first][:, cs]
             kfactors.append(Factor(ki, f + 1, b, values.astype(np.int64), np.asarray(cs, np.int64), w))
             rebuilt[:, cs] += w[np.searchsorted(values, key)]
-        distinct = np.unique(sub, axis=0).shape[0] == rows.size   # two tokens with one row would tie
+        distinct = _distinct_rows(sub, rng)      # two tokens with one row would tie
         if not ok or not distinct or not np.array_equal(rebuilt, sub) or int(np.prod(dom or [1])) > 1 << 20:
             exact.append(ki)
             radix.append([])
