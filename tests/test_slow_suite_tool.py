@@ -19,6 +19,14 @@ def test_workers_claim_each_launch_once_in_queue_order(tmp_path):
     assert [slow_suite._claim(q) for _ in range(5)] == ["a", "b", "c", None, None]
 
 
+def test_a_closed_queue_hands_out_nothing_more(tmp_path):
+    q = tmp_path / "q"
+    q.write_text(f"{0:>10}\na\nb\nc\n")
+    assert slow_suite._claim(q) == "a"
+    slow_suite._close(q)
+    assert slow_suite._claim(q) is None
+
+
 def test_longest_first_by_record_then_by_size():
     ids = [f"t[x-g1x1-b4x1-fp32]", f"t[y-g2x1-b32x1-fp32]", f"t[z-g1x1-b8x1-bf16]", f"t[w-g1x1-b1x1-fp32]"]
     assert slow_suite.order(ids, {"t[w-g1x1-b1x1-fp32]": 30.0, "t[x-g1x1-b4x1-fp32]": 50.0}) == [

@@ -2,14 +2,15 @@
 under --check (tests/test_gpu_suite.py::test_every_fitting_suite_launch_exact_on_the_gpu), sharded over the
 cores, with progress, a record, and resume.
 
-    python3 tools/slow_suite.py [--workers N] [-k EXPR] [--fresh] [--record FILE] [--summary FILE]
+    python3 tools/slow_suite.py [--workers N] [-k EXPR] [--fresh] [--stop-after MIN] [--record FILE] [--summary FILE]
 
 Workers are pytest processes (QGPU_THREADS=1 each) that take launches one at a time from a shared queue,
 longest first (by the record's last time for that launch, else by its threads x CTAs), so the long launches
 (powmod at 32 threads) start at once and the short ones fill in around them. Each finished launch is
 appended to the record (JSON lines: id, outcome, seconds, the code key) as it finishes; a rerun with the
 same code key skips the launches already passed (or skipped: they do not fit), so a stopped run resumes where
-it stopped. The key is a hash of what decides the results: the package's sources and the C core, and the
+it stopped (--stop-after MIN: no new launch is started after MIN minutes; those running finish). The key is
+a hash of what decides the results: the package's sources and the C core, and the
 suite's tests and kernels; any change there starts the record afresh (--fresh does so on purpose). At the
 end the summary (counts, wall time, the slowest launches, any failure) is written to --summary
 (docs/gpu_slow_suite.md). Exits 1 if a launch failed.
@@ -72,6 +73,16 @@ def _append(path: Path, entry: dict) -> None:
 
 
 # ---- the worker (a pytest plugin) ----------------------------------------------------------------------
+
+def _close(queue: Path) -> None:
+    """No launch of the queue is handed out any more."""
+    with open(queue, "r+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        lines = f.read().splitlines()
+        f.seek(0)
+        f.write(f"{len(lines) - 1:>10}\n" + "\n".join(lines[1:]) + "\n")
+        f.truncate()
+
 
 def _claim(queue: Path) -> str | None:
     """The next launch id of the queue file (ids one a line after a counter line), or None when none is left."""
@@ -151,7 +162,8 @@ def _first_error(message: str) -> str:
     return (errors[0] if errors else (message.splitlines() or [""])[-1])[:300]
 
 
-def write_summary(path: Path, key: str, entries: list[dict], wall: float, workers: int, cmd: str) -> None:
+def write_summary(path: Path, key: str, entries: list[dict], wall: float, workers: int, cmd: str,
+                  total: int | None = None) -> None:
     by_outcome: dict[str, list[dict]] = {}
     for e in entries:
         by_outcome.setdefault(e["outcome"], []).append(e)
@@ -160,7 +172,8 @@ def write_summary(path: Path, key: str, entries: list[dict], wall: float, worker
              f"Written by `{cmd}` (tools/slow_suite.py) on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
              f"code key `{key}` (a hash of the package, the C core and the suite; the full record, one line a launch, "
              f"is docs/records/gpu_slow_suite.jsonl).", "",
-             f"- launches: {len(entries)}; passed {len(by_outcome.get('passed', []))} (fp32 {modes['fp32']}, bf16 "
+             f"- launches: {len(entries)} recorded" + (f" of {total}" if total is not None else "")
+             + f"; passed {len(by_outcome.get('passed', []))} (fp32 {modes['fp32']}, bf16 "
              f"{modes['bf16']}), skipped (do not fit) {len(by_outcome.get('skipped', []))}, failed "
              f"{len(by_outcome.get('failed', []))}",
              f"- this run's wall time: {wall / 60:.1f} min on {workers} workers; the launches' own times add up to "
@@ -178,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="pytest workers (default: the cores)")
     ap.add_argument("-k", dest="expr", help="only launches matching this pytest -k expression")
     ap.add_argument("--fresh", action="store_true", help="forget the record's earlier results")
+    ap.add_argument("--stop-after", type=float, metavar="MIN", help="start no launch after this many minutes")
     ap.add_argument("--record", type=Path, default=RECORD)
     ap.add_argument("--summary", type=Path, default=SUMMARY)
     ap.add_argument("--test", default=TEST, help=argparse.SUPPRESS)    # another test function (the tool's tests)
@@ -211,8 +225,13 @@ def main(argv: list[str] | None = None) -> int:
                    for w in range(a.workers)]
         last = ""
         try:
+            closed = False
             while any(p.poll() is None for p in workers):
                 time.sleep(5)
+                if a.stop_after is not None and not closed and time.time() - t0 > 60 * a.stop_after:
+                    _close(queue)
+                    closed = True
+                    print(f"--stop-after {a.stop_after:g}: no new launches; waiting for the running ones", flush=True)
                 now = [e for e in read_record(a.record) if e["id"] in set(todo)]
                 left = sum(seconds.get(i, 0) for i in todo if i not in {e["id"] for e in now}) / a.workers
                 line = _progress(now, len(todo), t0, left)
@@ -229,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     entries = {e["id"]: e for e in read_record(a.record) if e.get("key") == key}
     final = [entries[i] for i in ids if i in entries]
     write_summary(a.summary, key, final, time.time() - t0, a.workers,
-                  "python3 tools/slow_suite.py" + (f" -k '{a.expr}'" if a.expr else ""))
+                  "python3 tools/slow_suite.py" + (f" -k '{a.expr}'" if a.expr else ""), len(ids))
     failed = [e for e in final if e["outcome"] not in ("passed", "skipped")]
     missing = [i for i in ids if i not in entries]
     print(f"done in {(time.time() - t0) / 60:.1f} min: {len(final)} of {len(ids)} recorded, {len(failed)} failed, "
