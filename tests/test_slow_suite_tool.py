@@ -27,10 +27,13 @@ def test_a_closed_queue_hands_out_nothing_more(tmp_path):
     assert slow_suite._claim(q) is None
 
 
-def test_longest_first_by_record_then_by_size():
-    ids = [f"t[x-g1x1-b4x1-fp32]", f"t[y-g2x1-b32x1-fp32]", f"t[z-g1x1-b8x1-bf16]", f"t[w-g1x1-b1x1-fp32]"]
-    assert slow_suite.order(ids, {"t[w-g1x1-b1x1-fp32]": 30.0, "t[x-g1x1-b4x1-fp32]": 50.0}) == [
-        "t[x-g1x1-b4x1-fp32]", "t[w-g1x1-b1x1-fp32]", "t[y-g2x1-b32x1-fp32]", "t[z-g1x1-b8x1-bf16]"]
+def test_longest_first_by_record_then_by_tokens_then_by_size():
+    ids = [f"t[x-g1x1-b4x1-fp32]", f"t[y-g2x1-b32x1-fp32]", f"t[z-g1x1-b8x1-bf16]", f"t[w-g1x1-b1x1-fp32]",
+           f"t[v-g1x1-b1x1-bf16]"]
+    assert slow_suite.order(ids, {"t[w-g1x1-b1x1-fp32]": 30.0, "t[x-g1x1-b4x1-fp32]": 50.0},
+                            {"v-g1x1-b1x1": 9000, "z-g1x1-b8x1": 10}) == [
+        "t[x-g1x1-b4x1-fp32]", "t[w-g1x1-b1x1-fp32]", "t[v-g1x1-b1x1-bf16]", "t[z-g1x1-b8x1-bf16]",
+        "t[y-g2x1-b32x1-fp32]"]
 
 
 def test_code_key_follows_the_files_it_covers(tmp_path, monkeypatch):

@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TEST = "tests/test_gpu_suite.py::test_every_fitting_suite_launch_exact_on_the_gpu"
 RECORD = ROOT / "docs" / "records" / "gpu_slow_suite.jsonl"
 SUMMARY = ROOT / "docs" / "gpu_slow_suite.md"
+ESTIMATES = ROOT / "docs" / "records" / "gpu_slow_suite_tokens.json"   # --estimate writes it
 KEYED = ("qgpu_min", "csrc", "tests/kernels", "tests/kernel_suite.py", "tests/test_gpu_suite.py",
          "tests/test_kernel_suite.py")
 
@@ -99,7 +100,35 @@ def _claim(queue: Path) -> str | None:
         return ids[nxt]
 
 
+def _estimate(items: list, path: Path) -> None:
+    """Each launch's generated tokens, from the interpreter replay --check compares against (no model run):
+    what the first run's order goes by."""
+    from test_kernel_suite import _compiled, _seed       # the suite's own kernels and arguments (inside pytest)
+    import numpy as np
+    from qgpu_min.gpu.check import expected_tokens
+    from qgpu_min.gpu.layout import GpuSpec
+    from qgpu_min.gpu.program import block_format, GpuLaunchError
+    from qgpu_min.host.launch import build_image, for_format
+    from qgpu_min.machine.isa import CapacityError
+    spec, out = GpuSpec(), {}
+    for item in items:
+        case, shape = item.callspec.params["case"], item.callspec.params["shape"]
+        name = f"{case.id}-{shape}"
+        if name in out:
+            continue
+        try:
+            args = case.make(np.random.default_rng(_seed(case, shape)), shape)
+            image = build_image(for_format(_compiled(case, "zig"), block_format(spec)), args, shape.block)
+            out[name] = len(expected_tokens(image.program, image.memory, shape.block, spec, None, shape.grid))
+        except (CapacityError, GpuLaunchError, Exception):    # refused or unsupported: runs first, costs nothing
+            out[name] = 0
+    path.write_text(json.dumps(out, indent=0, sort_keys=True) + "\n")
+
+
 def pytest_runtestloop(session):
+    if os.environ.get("QGPU_SLOW_ESTIMATE"):
+        _estimate(session.items, Path(os.environ["QGPU_SLOW_ESTIMATE"]))
+        return True
     queue = os.environ.get("QGPU_SLOW_QUEUE")
     if queue is None:
         return None
@@ -143,9 +172,17 @@ def _shape_size(nodeid: str) -> int:
     return int(m[1]) * int(m[2]) * int(m[3]) * int(m[4]) if m else 0
 
 
-def order(ids: list[str], seconds: dict[str, float]) -> list[str]:
-    """Longest first: a launch's last recorded time, else (all unknown ones after the known) its size."""
-    return sorted(ids, key=lambda i: (i not in seconds, -seconds.get(i, 0.0), -_shape_size(i), i))
+def _launch_name(nodeid: str) -> str:
+    """case-gGxH-bXxY of a node id (its mode dropped)."""
+    return nodeid.split("[", 1)[1].rsplit("-", 1)[0]
+
+
+def order(ids: list[str], seconds: dict[str, float], tokens: dict[str, int] | None = None) -> list[str]:
+    """Longest first: a launch's last recorded time, else (all unknown ones after the known) its generated
+    tokens (ESTIMATES), else its size."""
+    tokens = tokens or {}
+    return sorted(ids, key=lambda i: (i not in seconds, -seconds.get(i, 0.0), -tokens.get(_launch_name(i), 0),
+                                      -_shape_size(i), i))
 
 
 def _progress(done: list[dict], total: int, t0: float, est_left: float) -> str:
@@ -192,12 +229,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-k", dest="expr", help="only launches matching this pytest -k expression")
     ap.add_argument("--fresh", action="store_true", help="forget the record's earlier results")
     ap.add_argument("--stop-after", type=float, metavar="MIN", help="start no launch after this many minutes")
+    ap.add_argument("--estimate", action="store_true",
+                    help=f"count each launch's generated tokens on the interpreter into {ESTIMATES.relative_to(ROOT)} "
+                         "(the order of launches with no recorded time), then exit")
     ap.add_argument("--record", type=Path, default=RECORD)
     ap.add_argument("--summary", type=Path, default=SUMMARY)
     ap.add_argument("--test", default=TEST, help=argparse.SUPPRESS)    # another test function (the tool's tests)
     a = ap.parse_args(argv)
     if a.workers < 1:
         ap.error("--workers must be at least 1")
+    if a.estimate:
+        env = {**os.environ, "QGPU_SLOW_ESTIMATE": str(ESTIMATES),
+               "PYTHONPATH": os.pathsep.join([str(ROOT / "tools"), os.environ.get("PYTHONPATH", "")])}
+        out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "slow", "-p", "slow_suite", "-p",
+                              "no:cacheprovider", a.test, "-k", "fp32" + (f" and ({a.expr})" if a.expr else "")],
+                             cwd=ROOT, env=env, capture_output=True, text=True)
+        if out.returncode != 0 or not ESTIMATES.exists():
+            print(out.stdout[-3000:], out.stderr[-3000:])
+            return 1
+        est = json.loads(ESTIMATES.read_text())
+        print(f"{len(est)} launches, {sum(est.values()):,} generated tokens a mode; written to {ESTIMATES}")
+        return 0
     key = code_key()
     a.record.parent.mkdir(parents=True, exist_ok=True)
     earlier = read_record(a.record)
@@ -209,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     seconds = {e["id"]: e["seconds"] for e in earlier if "seconds" in e}
     finished = {e["id"] for e in earlier if e["outcome"] in ("passed", "skipped")}
     ids = collect(a.test, a.expr)
-    todo = order([i for i in ids if i not in finished], seconds)
+    tokens = json.loads(ESTIMATES.read_text()) if ESTIMATES.exists() else {}
+    todo = order([i for i in ids if i not in finished], seconds, tokens)
     print(f"slow suite: {len(ids)} launches, {len(ids) - len(todo)} already in the record (key {key}), "
           f"{len(todo)} to run on {a.workers} workers")
     t0 = time.time()
