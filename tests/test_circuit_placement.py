@@ -38,7 +38,7 @@ def test_a_launch_through_permuted_weights_is_the_same_launch(gpu):
     """A random permutation of the residual dims: every generated token and the result are unchanged."""
     perm = np.random.default_rng(7).permutation(gpu.shape.hidden)
     placed = dataclasses.replace(gpu, layers=[place_layer(lw, perm) for lw in gpu.layers],
-                                 embed=place_rows(gpu.embed, perm), models={})
+                                 embed_source=place_rows(gpu.embed, perm), models={})
     k = for_format(compile_kernel(str(DOT)), block_format(GpuSpec()))
     image = build_image(k, [np.array([1, 2, 3]), np.array([4, 5, 6]), np.zeros(1, np.int32), 3], (3, 1))
     toks = prompt(image.program, image.memory, (3, 1), GpuSpec(), (1, 1))

@@ -38,7 +38,7 @@ from ..model.bf16 import bf16_to_f32
 from . import layout as layout_module, vocab as vocab_module
 from .core import GpuCircuit, build
 from .layout import GpuSpec
-from .model import CompiledGpu, compiled_from
+from .model import CompiledGpu, EmbedCsr, compiled_from
 from .program import GpuLaunchError
 from .vocab import Vocab
 
@@ -286,12 +286,14 @@ def _coo_of(arrays: dict[str, np.ndarray], prefix: str) -> Coo:
     return m
 
 
-def _embed_of(arrays: dict[str, np.ndarray]) -> np.ndarray:
+def _embed_of(arrays: dict[str, np.ndarray]) -> EmbedCsr:
+    """The stored embedding, kept sparse (CompiledGpu makes it dense or bf16 bits when asked)."""
     n, hidden = (int(x) for x in arrays["embed.shape"])
-    embed = np.zeros((n, hidden), np.float32)
-    rows = np.repeat(np.arange(n), np.diff(arrays["embed.indptr"]))
-    embed[rows, arrays["embed.indices"]] = arrays["embed.values"]
-    return embed
+    indptr, indices = arrays["embed.indptr"], arrays["embed.indices"]
+    if indptr.shape != (n + 1,) or indices.shape != arrays["embed.values"].shape or int(indptr[-1]) != indices.size \
+            or (indices.size and (indices.min() < 0 or indices.max() >= hidden)) or np.any(np.diff(indptr) < 0):
+        raise BadEntry("the embedding's CSR arrays do not fit its shape")
+    return EmbedCsr((n, hidden), indptr, indices, arrays["embed.values"])
 
 
 def layers_of(arrays: dict[str, np.ndarray]) -> list[LayerWeights]:

@@ -34,39 +34,77 @@ if TYPE_CHECKING:
 
 
 @dataclass
+class EmbedCsr:
+    """The embedding rows as the cache stores them (CSR, f32 values): made dense only when asked for, and their
+    bf16 bits (what the runtime model reads) made straight from them when every value is a bf16 value."""
+    shape: tuple[int, int]
+    indptr: np.ndarray
+    indices: np.ndarray
+    values: np.ndarray
+
+    def dense(self) -> np.ndarray:
+        out = np.zeros(self.shape, np.float32)
+        out[np.repeat(np.arange(self.shape[0]), np.diff(self.indptr)), self.indices] = self.values
+        return out
+
+    def bits(self) -> np.ndarray | None:
+        """bf16 bits [V, hidden], or None when a value is not exactly a bf16 value (then round the dense rows)."""
+        v = np.ascontiguousarray(self.values, np.float32)
+        b = v.view(np.uint32)
+        if np.any(b & np.uint32(0xFFFF)) or np.any(~np.isfinite(v)):
+            return None
+        out = np.zeros(self.shape, np.uint16)
+        out[np.repeat(np.arange(self.shape[0]), np.diff(self.indptr)), self.indices] = (b >> 16).astype(np.uint16)
+        return out
+
+
+@dataclass
 class CompiledGpu:
     """The circuit-only GPU: its emitted layers and embedding, and the data memory's readout (all a launch
     needs). The circuit, its plan and the vocabulary's input fields are built on first use only (--check,
-    reports): a warm start from the cache (gpu/cache.py) skips them."""
+    reports): a warm start from the cache (gpu/cache.py) skips them, and keeps the embedding in the cache's
+    sparse form until its dense rows are asked for (`embed`)."""
     spec: GpuSpec
     shape: BaseShape
     layers: list
-    embed: np.ndarray          # f32 [V, hidden], one row per token of the vocabulary
+    embed_source: np.ndarray | EmbedCsr   # f32 [V, hidden], one row per token of the vocabulary, or its CSR
     data: Readout              # where the data memory's rows are in the state
     built: tuple | None = None                    # (GpuCircuit, Plan) when already at hand
     models: dict = field(default_factory=dict)   # mode -> Model
     loaded: OrderedDict = field(default_factory=OrderedDict)   # programs loaded before (load_state)
-    engines: dict = field(default_factory=dict)  # mode -> StepEngine
+    engines: dict = field(default_factory=dict)  # mode -> StepEngine (of models[mode])
     rules: dict = field(default_factory=dict)    # mode -> the engine's Rules (the whole vocabulary, bounded)
+
+    @property
+    def embed(self) -> np.ndarray:
+        """The embedding rows, f32 [V, hidden]."""
+        if isinstance(self.embed_source, EmbedCsr):
+            self.embed_source = self.embed_source.dense()
+        return self.embed_source
 
     def model(self, mode: str = "fp32") -> Model:
         if mode not in self.models:
-            self.models[mode] = circuit_model(self.layers, self.shape, self.embed, mode)
+            src = self.embed_source
+            bits = src.bits() if isinstance(src, EmbedCsr) else None
+            self.models[mode] = circuit_model(self.layers, self.shape, self.embed if bits is None else None, mode,
+                                              bits)
         return self.models[mode]
 
     def engine(self, mode: str = "fp32") -> StepEngine:
-        """The model's step engine (the decode loop in C; model/step_engine.py)."""
-        if mode not in self.engines:
-            self.engines[mode] = StepEngine(self.model(mode))
+        """The model's step engine (the decode loop in C; model/step_engine.py), rebuilt if the model is
+        another (a copy of this object with its own models)."""
+        model = self.model(mode)
+        if mode not in self.engines or self.engines[mode].model is not model:
+            self.engines[mode] = StepEngine(model)
         return self.engines[mode]
 
     def launch_rules(self, mode: str) -> Rules:
         """The engine's head for launches: the argmax over the whole vocabulary, from the head's factor tables
         where they prove it (model/head_bound.py); a launch ends after HALT or FAULT."""
-        if mode not in self.rules:
+        engine = self.engine(mode)
+        if mode not in self.rules or self.rules[mode].engine is not engine:
             stop = np.array([t[0] in ("halt", "fault") for t in self.tokens])
-            self.rules[mode] = self.engine(mode).rules([np.arange(len(self.tokens))], np.where(stop, -1, 0),
-                                                       self.tokens)
+            self.rules[mode] = engine.rules([np.arange(len(self.tokens))], np.where(stop, -1, 0), self.tokens)
         return self.rules[mode]
 
     @cached_property

@@ -445,6 +445,7 @@ class Rules:
     def __init__(self, engine: StepEngine, sets: list[np.ndarray], next_set: np.ndarray,
                  tokens: list[tuple] | None = None) -> None:
         V = engine._embed.shape[0]
+        self.engine = engine
         next_set = np.ascontiguousarray(next_set, np.int32)
         if next_set.shape != (V,) or next_set.max(initial=-1) >= len(sets):
             raise EngineError(f"next_set must name one of {len(sets)} sets for each of {V} tokens")
