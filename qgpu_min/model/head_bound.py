@@ -77,8 +77,11 @@ def _distinct_rows(sub: np.ndarray, rng: np.random.Generator) -> bool:
 def factor_tables(head_bits: np.ndarray, tokens: list[tuple]) -> HeadTables:
     """The tables of a head [V, d] (bf16 bits) whose row t belongs to tokens[t] (a tuple: kind, then int fields)."""
     used = np.flatnonzero((head_bits & np.uint16(0x7FFF)).any(axis=0))
-    E = bf16_to_f32(np.ascontiguousarray(head_bits[:, used])).astype(np.float64)
-    kinds = sorted({t[0] for t in tokens}, key=[t[0] for t in tokens].index)
+    E = bf16_to_f32(np.ascontiguousarray(head_bits[:, used]))     # f32 holds bf16 values exactly
+    names = [t[0] for t in tokens]
+    kinds = list(dict.fromkeys(names))
+    kind_of = np.array([kinds.index(k) for k in names]) if len(kinds) < 64 else \
+        np.array([{k: i for i, k in enumerate(kinds)}[k] for k in names])
     K, U = len(kinds), used.size
     base, absmax, terms = np.zeros((K, U)), np.zeros((K, U)), np.zeros(K, np.int64)
     factors: list[Factor] = []
@@ -88,14 +91,15 @@ def factor_tables(head_bits: np.ndarray, tokens: list[tuple]) -> HeadTables:
     rng = np.random.default_rng(0)
     for ki, kind in enumerate(kinds):
         keys = _Keys()
-        rows = np.array([i for i, t in enumerate(tokens) if t[0] == kind], np.int64)
+        rows = np.flatnonzero(kind_of == ki)
         fields = np.array([tokens[i][1:] for i in rows], np.int64).reshape(rows.size, -1)
-        sub = E[rows]
-        absmax[ki] = np.abs(sub).max(axis=0)
+        kcols = np.flatnonzero((E[rows] != 0).any(axis=0))     # the columns the kind uses: the others are 0
+        sub = E[np.ix_(rows, kcols)]
+        absmax[ki, kcols] = np.abs(sub).max(axis=0)
         terms[ki] = int((sub != 0).sum(axis=1).max())
         varying = np.flatnonzero((sub != sub[0]).any(axis=0))
-        base[ki] = sub[0]
-        base[ki, varying] = 0.0
+        base[ki, kcols] = sub[0]
+        base[ki, kcols[varying]] = 0.0
         # each varying column depends on one field (else the kind is not decomposed); a field whose every
         # column depends on one bit of it is split into bit factors, else it is one factor
         by_field: dict[int, list[int]] = {}
@@ -115,15 +119,16 @@ def factor_tables(head_bits: np.ndarray, tokens: list[tuple]) -> HeadTables:
                 owner.setdefault((f, -1 if None in bit_of else b), []).append(c)
         dom = [int(fields[:, f].max()) + 1 for f in range(fields.shape[1])] if fields.size else []
         # the decomposition must rebuild every row of the kind exactly, else the kind is multiplied exactly
-        rebuilt = np.tile(base[ki], (rows.size, 1))
+        rebuilt = np.tile(base[ki, kcols], (rows.size, 1))
         kfactors = []
         for (f, b), cs in sorted(owner.items()):
             key = fields[:, f] if b < 0 else fields[:, f] >> b & 1
             values, first = np.unique(key, return_index=True)
             w = sub[first][:, cs]
-            kfactors.append(Factor(ki, f + 1, b, values.astype(np.int64), np.asarray(cs, np.int64), w))
+            kfactors.append(Factor(ki, f + 1, b, values.astype(np.int64), kcols[np.asarray(cs, np.int64)],
+                                   w.astype(np.float64)))
             rebuilt[:, cs] += w[np.searchsorted(values, key)]
-        distinct = _distinct_rows(sub, rng)      # two tokens with one row would tie
+        distinct = _distinct_rows(sub.astype(np.float64), rng)      # two tokens with one row would tie
         if not ok or not distinct or not np.array_equal(rebuilt, sub) or int(np.prod(dom or [1])) > 1 << 20:
             exact.append(ki)
             radix.append([])
