@@ -86,13 +86,7 @@ def run_launches(launches: list[tuple[Program, list[int]]], grid: tuple[int, int
     grid, block = launch_shape(grid, block, SPEC)
     for program, _ in launches:
         check_supported(program, SPEC)
-    cg = compiled(SPEC, progress)
-    parts = [prompt_parts(program, memory, block, SPEC, grid) for program, memory in launches]
-    with _step_limit_named(step_limit):
-        runs = run_models(cg, [load + rest for load, rest in parts], mode, _token_limit(step_limit, grid),
-                          [len(load) for load, _ in parts])
-    return [_backend_run(cg, load + rest, run, memory, mode, False)
-            for (load, rest), run, (_, memory) in zip(parts, runs, launches)]
+    return _batch(compiled(SPEC, progress), launches, grid, block, step_limit, mode)
 
 
 def run_launch_model(program: Program, memory: list[int], grid: tuple[int, int], block: tuple[int, int],
@@ -121,7 +115,12 @@ def run_launches_model(launches: list[tuple[Program, list[int]]], grid: tuple[in
     grid, block = launch_shape(grid, block, SPEC)
     for program, _ in launches:
         check_supported(program, SPEC)
-    cg = merged(model, quant, progress, device)
+    return _batch(merged(model, quant, progress, device), launches, grid, block, step_limit, mode)
+
+
+def _batch(cg, launches: list[tuple[Program, list[int]]], grid: tuple[int, int], block: tuple[int, int],
+           step_limit: int | None, mode: str) -> list[BackendRun]:
+    """The launches tokenized, run together by model.run_launches, and each one's result."""
     parts = [prompt_parts(program, memory, block, SPEC, grid) for program, memory in launches]
     with _step_limit_named(step_limit):
         runs = run_models(cg, [load + rest for load, rest in parts], mode, _token_limit(step_limit, grid),
