@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
 TOOL = Path(__file__).resolve().parent.parent / "tools" / "slow_suite.py"
@@ -28,8 +27,8 @@ def test_a_closed_queue_hands_out_nothing_more(tmp_path):
 
 
 def test_longest_first_by_record_then_by_tokens_then_by_size():
-    ids = [f"t[x-g1x1-b4x1-fp32]", f"t[y-g2x1-b32x1-fp32]", f"t[z-g1x1-b8x1-bf16]", f"t[w-g1x1-b1x1-fp32]",
-           f"t[v-g1x1-b1x1-bf16]"]
+    ids = ["t[x-g1x1-b4x1-fp32]", "t[y-g2x1-b32x1-fp32]", "t[z-g1x1-b8x1-bf16]", "t[w-g1x1-b1x1-fp32]",
+           "t[v-g1x1-b1x1-bf16]"]
     assert slow_suite.order(ids, {"t[w-g1x1-b1x1-fp32]": 30.0, "t[x-g1x1-b4x1-fp32]": 50.0},
                             {"v-g1x1-b1x1": 9000, "z-g1x1-b8x1": 10}) == [
         "t[x-g1x1-b4x1-fp32]", "t[w-g1x1-b1x1-fp32]", "t[v-g1x1-b1x1-bf16]", "t[z-g1x1-b8x1-bf16]",

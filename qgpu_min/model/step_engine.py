@@ -1,17 +1,18 @@
 """The step engine of a circuit-only model: decode (and prefill) of a Model whose every layer is a CSR DeltaNet
-with a CSR MLP, in one C call per launch (csrc/circuit.c states what it skips and why that keeps the bits).
+with a CSR MLP, in one C call per launch (csrc/circuit.c states what it skips and why that keeps the bits;
+docs/step_engine.md).
 
     engine = StepEngine(model)                         # None from StepEngine.build(model) where it does not apply
-    rules = engine.rules(sets, next_set)               # the protocol: the token sets the head reads after each token
+    rules = engine.rules(sets, next_set, tokens)       # the head's token sets; with tokens, set 0 (the whole
+                                                       # vocabulary) through the factor tables (head_bound.py)
     engine.prefill(state, ids)                         # the prompt, no head
     ids = engine.decode(state, token, rules, limit)    # feed token and each argmax back until a stop token
 
 It computes what Model.decode computes, bit for bit: the same kernels on the same values, skipping only work
-whose result is known (tests/test_step_engine.py runs both over real GPU launches, fp32 and bf16). The head
-reads only the rows of the set the caller's protocol allows after the token just fed (each row's logit is its
-full-head bits, so the argmax is the full one whenever that lies in the set); --check asks for the set of
-every token instead. The state's arrays are the Model's own (State), so the two paths can take turns on one
-state.
+whose result is known (tests/test_step_engine.py runs both over real GPU launches, fp32 and bf16). A set's
+logits are each its full-head bits, so the argmax over a set is the full one whenever that lies in it; the
+GPU's launches use one set, the whole vocabulary, whose argmax the factor tables prove without computing every
+row. The state's arrays are the Model's own (State), so the two paths can take turns on one state.
 """
 from __future__ import annotations
 
@@ -247,7 +248,8 @@ def _gdn_layer(step: kernels.GdnStep, w: dict, keep: list):
 
 
 class StepEngine:
-    """See the module docstring. One engine per Model (mode); calls on it are serialized (one workspace)."""
+    """See the module docstring. One engine per Model (mode); calls on different states may run at once on
+    several threads (each takes a workspace from the pool)."""
 
     def __init__(self, model: Model) -> None:
         why = self.unsupported(model)
