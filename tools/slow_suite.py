@@ -199,16 +199,22 @@ def _first_error(message: str) -> str:
     return (errors[0] if errors else (message.splitlines() or [""])[-1])[:300]
 
 
+def _commit() -> str:
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", *KEYED], cwd=ROOT, capture_output=True, text=True)
+    return (out.stdout.strip() or "unknown") + (" with uncommitted changes" if dirty.stdout.strip() else "")
+
+
 def write_summary(path: Path, key: str, entries: list[dict], wall: float, workers: int, cmd: str,
-                  total: int | None = None) -> None:
+                  total: int | None = None, commit: str = "") -> None:
     by_outcome: dict[str, list[dict]] = {}
     for e in entries:
         by_outcome.setdefault(e["outcome"], []).append(e)
     modes = {m: sum(1 for e in by_outcome.get("passed", []) if e["id"].endswith(f"-{m}]")) for m in ("fp32", "bf16")}
     lines = ["# The `-m slow` GPU suite: the record", "",
              f"Written by `{cmd}` (tools/slow_suite.py) on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-             f"code key `{key}` (a hash of the package, the C core and the suite; the full record, one line a launch, "
-             f"is docs/records/gpu_slow_suite.jsonl).", "",
+             f"code key `{key}` (a hash of the package, the C core and the suite" + (f"; commit {commit}" if commit else "")
+             + "; the full record, one line a launch, is docs/records/gpu_slow_suite.jsonl).", "",
              f"- launches: {len(entries)} recorded" + (f" of {total}" if total is not None else "")
              + f"; passed {len(by_outcome.get('passed', []))} (fp32 {modes['fp32']}, bf16 "
              f"{modes['bf16']}), skipped (do not fit) {len(by_outcome.get('skipped', []))}, failed "
@@ -250,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         est = json.loads(ESTIMATES.read_text())
         print(f"{len(est)} launches, {sum(est.values()):,} generated tokens a mode; written to {ESTIMATES}")
         return 0
-    key = code_key()
+    key, commit = code_key(), _commit()
     a.record.parent.mkdir(parents=True, exist_ok=True)
     earlier = read_record(a.record)
     if a.fresh or any(e.get("key") != key for e in earlier):
@@ -301,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     entries = {e["id"]: e for e in read_record(a.record) if e.get("key") == key}
     final = [entries[i] for i in ids if i in entries]
     write_summary(a.summary, key, final, time.time() - t0, a.workers,
-                  "python3 tools/slow_suite.py" + (f" -k '{a.expr}'" if a.expr else ""), len(ids))
+                  "python3 tools/slow_suite.py" + (f" -k '{a.expr}'" if a.expr else ""), len(ids), commit)
     failed = [e for e in final if e["outcome"] not in ("passed", "skipped")]
     missing = [i for i in ids if i not in entries]
     print(f"done in {(time.time() - t0) / 60:.1f} min: {len(final)} of {len(ids)} recorded, {len(failed)} failed, "
