@@ -324,3 +324,24 @@ def test_a_non_finite_hidden_takes_the_dense_head_as_the_per_token_path_does(gpu
     got = engine.decode(b, gen[0], rules, 1)
     assert got == want
     _same_state(a, b)
+
+
+def test_decode_in_chunks_is_the_same_run(gpu, monkeypatch):
+    """A decode call hands back to Python every DECODE_CHUNK tokens and goes on: the same tokens and state."""
+    from qgpu_min.model import step_engine
+    prompt, _ = _prompt_ids(gpu, "hist")
+    model, engine, rules = gpu.model("fp32"), gpu.engine("fp32"), gpu.launch_rules("fp32")
+    runs = []
+    for chunk in (1 << 16, 3, 1):
+        monkeypatch.setattr(step_engine, "DECODE_CHUNK", chunk)
+        state = model.new_state()
+        first = engine.first(state, prompt, rules)
+        runs.append(([first] + engine.decode(state, first, rules, 5000), state))
+    assert runs[0][0] == runs[1][0] == runs[2][0]
+    _same_state(runs[0][1], runs[1][1])
+    _same_state(runs[0][1], runs[2][1])
+    monkeypatch.setattr(step_engine, "DECODE_CHUNK", 4)   # a limit inside a chunk and at its end
+    for limit in (6, 8):
+        state = model.new_state()
+        first = engine.first(state, prompt, rules)
+        assert [first] + engine.decode(state, first, rules, limit) == runs[0][0][:limit + 1]

@@ -30,6 +30,7 @@ from .forward import Model, State
 from .head_bound import HeadTables, factor_tables
 
 LANES = int(lib.QGPU_SELL_LANES)
+DECODE_CHUNK = 1 << 16     # tokens a decode call generates at most before Python takes the next chunk
 
 
 class EngineError(Exception):
@@ -419,18 +420,21 @@ class StepEngine:
         as Model's decode loop does not feed HALT)."""
         self.model._check_ids([token])
         circuit, keep = self._circuit(rules)
-        out = np.empty(max(1, max_tokens), np.int64)
+        out = np.empty(max(1, min(max_tokens, DECODE_CHUNK)), np.int64)
         scratch = np.empty(3 * self.d + rules.max_rows + 2 + 2 * rules.work, np.float32)
         generated: list[int] = []
         while len(generated) < max_tokens:
-            want = max_tokens - len(generated)
+            want = min(max_tokens - len(generated), DECODE_CHUNK)
             n = self._run(state, lambda c, ws: lib.qgpu_circuit_decode(
                 circuit, c, token, ws, ffi.from_buffer("float[]", scratch), ffi.from_buffer("int64_t[]", out), want))
             fed = n if n >= 0 else -n - 1     # tokens generated; as many were fed (the first one `token`)
             generated.extend(out[:fed].tolist())
             state.pos += fed
             if n >= 0:
-                break
+                if n < want or rules.next_set[generated[-1]] < 0:
+                    break                     # a stop token
+                token = generated[-1]         # the chunk is full: go on from its last token
+                continue
             # this step's final hidden was not finite: its layers ran, its head is the dense product's
             state.pos += 1
             prev = generated[-1] if generated else token
