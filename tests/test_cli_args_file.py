@@ -38,3 +38,16 @@ def test_bad_args_files_are_refused_naming_the_line(tmp_path):
     assert r.exit_code == 2 and "with --arg or with --args-file, not both" in r.output
     r = _run("--args-file", str(f), "--check")
     assert r.exit_code == 2 and "not with --args-file" in r.output
+
+
+def test_args_file_on_the_gpu_in_the_weights_runs_the_batch_form(tmp_path):
+    """On --backend circuit the lines run together on the step engine's threads, each as it runs alone."""
+    f = tmp_path / "args.txt"
+    f.write_text("[1,2,3] [4,5,6] zeros(1) 3\n[7, -8] [1, 1] zeros(1) 2\n")
+    r = _run("--args-file", str(f), "--block", "4", "--json")
+    assert r.exit_code == 0, r.output
+    launches = json.loads(r.stdout)["launches"]
+    assert [x["arrays"]["out"] for x in launches] == [[32], [-1]] and {x["backend"] for x in launches} == {"circuit"}
+    alone = json.loads(_run("--arg", "[7,-8]", "--arg", "[1,1]", "--arg", "zeros(1)", "--arg", "2", "--block", "4",
+                            "--json").stdout)
+    assert launches[1]["tokens"] == alone["tokens"] and launches[1]["arrays"] == alone["arrays"]

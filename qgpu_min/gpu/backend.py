@@ -79,10 +79,11 @@ def run_launch(program: Program, memory: list[int], grid: tuple[int, int], block
 
 def run_launches(launches: list[tuple[Program, list[int]]], grid: tuple[int, int], block: tuple[int, int],
                  step_limit: int | None, mode: str = "fp32", progress: Callable[[str], None] | None = None,
-                 **options: Any) -> list[BackendRun]:
+                 check: bool = False, **options: Any) -> list[BackendRun]:
     """Several launches on the circuit-only GPU, on the step engine's threads (model.run_launches); each result
     is the one run_launch gives for that launch alone."""
     _checked_options("circuit", mode, options, "mode and progress (a batch is not checked or traced)")
+    _unchecked(check)
     grid, block = launch_shape(grid, block, SPEC)
     for program, _ in launches:
         check_supported(program, SPEC)
@@ -106,16 +107,22 @@ def run_launch_model(program: Program, memory: list[int], grid: tuple[int, int],
 def run_launches_model(launches: list[tuple[Program, list[int]]], grid: tuple[int, int], block: tuple[int, int],
                        step_limit: int | None, model: str | None = None, mode: str = "fp32",
                        progress: Callable[[str], None] | None = None, quant: str | None = None,
-                       device: str = "cpu", **options: Any) -> list[BackendRun]:
+                       device: str = "cpu", check: bool = False, **options: Any) -> list[BackendRun]:
     """Several launches (a bound program and a memory image each) through a merged checkpoint, decoded
     together (model.run_launches: one pass over the weights per step for all of them); each result is the
     one run_launch_model gives for that launch alone."""
     _checked_options("model", mode, options,
                      "model, mode, quant, device and progress (a batch is not checked or traced)")
+    _unchecked(check)
     grid, block = launch_shape(grid, block, SPEC)
     for program, _ in launches:
         check_supported(program, SPEC)
     return _batch(merged(model, quant, progress, device), launches, grid, block, step_limit, mode)
+
+
+def _unchecked(check: bool) -> None:
+    if check:
+        raise LaunchError("a batch of launches is not checked: --check replays one launch at a time")
 
 
 def _batch(cg, launches: list[tuple[Program, list[int]]], grid: tuple[int, int], block: tuple[int, int],
