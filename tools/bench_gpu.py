@@ -1,6 +1,6 @@
 """Benchmark the GPU in the weights (--backend circuit) next to the reference interpreter, in one run.
 
-    python tools/bench_gpu.py [--json] [--mode fp32|bf16] [--repeat N] [--cold]
+    python tools/bench_gpu.py [--json] [--mode fp32|bf16] [--repeat N] [--cold] [--batch N]
     python tools/bench_gpu.py --model DIR [--mode fp32|bf16]      # through a merged checkpoint (qgpu-min build)
 
 First the compiled GPU: loaded from the cache (qgpu_min.gpu.cache) or compiled on first use, with the time it
@@ -233,6 +233,25 @@ def bench_launch(name: str, kernels: tuple, timer: ModelTimer, mode: str, repeat
             "circuit_over_interp": round(circuit_s / interp_s, 1), "rss_mib": round(rss_mib(), 1)}
 
 
+def bench_batch(n: int, mode: str, repeat: int) -> dict:
+    """n dot launches (the README's arguments, scalar varied) through launch_many on the circuit backend, with
+    the core's threads set to 1 and then to all, best of `repeat` each: launches/s and the ratio."""
+    from qgpu_min.host.launch import compile_kernel, launch_many
+    from qgpu_min.model import kernels
+    k = compile_kernel(ROOT / "examples" / "dot.cu")
+    args = [[[1, 2, 3], [4, 5, 6], [0], 1 + j % 3] for j in range(n)]
+    cores = kernels.threads()
+    times = {}
+    for t in (1, cores):
+        kernels.set_threads(t)
+        try:
+            _, times[t] = best(lambda: launch_many(k, args, block=(3, 1), backend="circuit", mode=mode), repeat)
+        finally:
+            kernels.set_threads(None)
+    return {"launches": n, "threads": cores, "one_thread_s": round(times[1], 3), "all_threads_s": round(times[cores], 3),
+            "launches_per_s": round(n / times[cores], 1), "speedup": round(times[1] / times[cores], 2)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object")
@@ -241,6 +260,8 @@ def main() -> int:
     ap.add_argument("--cold", action="store_true", help="compile into a fresh temporary cache (first-use time)")
     ap.add_argument("--model", metavar="DIR", help="launch through this merged checkpoint (qgpu-min build)")
     ap.add_argument("--only", metavar="NAMES", help=f"comma-separated launches to run (of {', '.join(KERNELS)})")
+    ap.add_argument("--batch", type=int, default=0, metavar="N",
+                    help="also N dot launches through launch_many on 1 thread and on all, side by side")
     a = ap.parse_args()
     only = a.only.split(",") if a.only else list(KERNELS)
     if not only or set(only) - set(KERNELS):
@@ -278,6 +299,8 @@ def main() -> int:
     finally:
         timer.restore()
     out["launches"] = launches
+    if a.batch and not a.model:
+        out["batch"] = bench_batch(a.batch, a.mode, a.repeat)
     dec_tokens = sum(r["decode_tokens"] for r in launches)
     dec_s = sum(r["decode_s"] for r in launches)
     pre_tokens = sum(r["prefill_tokens"] for r in launches)
@@ -309,6 +332,11 @@ def main() -> int:
         print(f"\ndecode: {dec_tokens} tokens in {dec_s:.2f} s = {out['tokens_per_s']:.0f} tokens/s; prefill: "
               f"{pre_tokens} tokens in {pre_s:.2f} s = {out['prefill_tokens_per_s']:.0f} tokens/s; "
               f"peak RSS {out['peak_rss_mib']:.0f} MiB")
+        if "batch" in out:
+            b = out["batch"]
+            print(f"batch: {b['launches']} dot launches through launch_many: {b['one_thread_s']:.2f} s on 1 thread, "
+                  f"{b['all_threads_s']:.2f} s on {b['threads']} ({b['launches_per_s']:.1f} launches/s, "
+                  f"{b['speedup']:.2f}x)")
         if not a.model:
             print(f"per-token path (Model.prefill/decode, whole-vocabulary argmax): decode "
                   f"{out['per_token_tokens_per_s']:.0f} tokens/s, prefill {out['per_token_prefill_tokens_per_s']:.0f} "
