@@ -1,6 +1,6 @@
 /* The step engine of a circuit-only model (every layer a CSR DeltaNet + CSR MLP, model/step_engine.py): one
- * token through the whole stack, the final norm, the LM head over a set of allowed rows and its argmax, and a
- * decode loop that feeds each argmax back, all in C. It computes decode.c's values bit for bit (the
+ * token through the whole stack, the final norm, the LM head's argmax, and a decode loop that feeds each
+ * argmax back, all in C. It computes decode.c's values bit for bit (the
  * per-token path it replaces; tests/test_step_engine.py), doing only the work whose result is not known in
  * advance:
  *
@@ -19,9 +19,10 @@
  *   is clean: deltanet.c's sparse path would write no row (its output is unread).
  * - The MLP's down product adds only the units whose activation is not +-0 (an acc + +-0 is acc), unit by
  *   unit in increasing order: for each output row that is its CSR row's order.
- * - The head multiplies only the rows of the current token set (qgpu_head_set), through the chunked
- *   product's own code, so each row's logit is its full-head bits; the argmax is the first maximum in id
- *   order (NumPy's), so it is the full argmax whenever that lies in the set (--check runs the full set). */
+ * - The head multiplies the rows of a token set (qgpu_head_set) through the chunked product's own code, so
+ *   each row's logit is its full-head bits, and takes the first maximum in id order (NumPy's). Over the whole
+ *   vocabulary (a launch's set) the argmax comes from the head's factor tables where they prove it
+ *   (qgpu_head_bound_argmax, model/head_bound.py): only the candidate's row is multiplied. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -2,7 +2,7 @@
 with a CSR MLP, in one C call per launch (csrc/circuit.c states what it skips and why that keeps the bits;
 docs/step_engine.md).
 
-    engine = StepEngine(model)                         # None from StepEngine.build(model) where it does not apply
+    engine = StepEngine(model)                         # EngineError where it does not apply (unsupported says why)
     rules = engine.rules(sets, next_set, tokens)       # the head's token sets; with tokens, set 0 (the whole
                                                        # vocabulary) through the factor tables (head_bound.py)
     engine.prefill(state, ids)                         # the prompt, no head
@@ -288,10 +288,6 @@ class StepEngine:
         if model.text_skip is not None:
             return "the model skips layers on text"
         return None
-
-    @classmethod
-    def build(cls, model: Model) -> "StepEngine | None":
-        return None if cls.unsupported(model) else cls(model)
 
     def workspace(self) -> list[np.ndarray]:
         """Per-layer workspaces (the mixers' with their idle constants)."""
