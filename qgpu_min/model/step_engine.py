@@ -338,6 +338,15 @@ class StepEngine:
         return bound
 
     def _circuit(self, rules: "Rules | None"):
+        """The qgpu_circuit of this engine (and rules), built once and kept on the engine or the rules (read-only
+        in C, so calls on several threads share it)."""
+        holder = self if rules is None else rules
+        built = getattr(holder, "_c_circuit", None)
+        if built is None:
+            built = holder._c_circuit = self._new_circuit(rules)
+        return built
+
+    def _new_circuit(self, rules: "Rules | None"):
         c = ffi.new("qgpu_circuit *")
         c.n, c.d = self.n, self.d
         keep = [ffi.new("qgpu_cgdn *[]", self._gdn), ffi.new("qgpu_cmlp *[]", self._mlp),
