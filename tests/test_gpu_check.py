@@ -332,3 +332,43 @@ def test_tampered_register_row_is_named(cg: CompiledGpu) -> None:
     assert err.index == next(i for i in range(at + 1, len(expected)) if expected[i][0][0] == "exec")
     assert (f"block B{info.block}, lane 0: register r{dst} expected 0x{values[dst]:08x}, "
             f"found 0x{values[src]:08x}") in str(err)
+
+
+def _engine_checked(cg: CompiledGpu, image: LaunchImage, checker: Checker, after=None) -> list[int]:
+    """The launch on the step engine (gpu.model.run_engine) with the checker as its callback, decoding in
+    one call the tokens whose check reads no state; after(i, state) runs after token i's check. Returns the
+    indices at which the callback was handed the state."""
+    from qgpu_min.gpu.model import run_engine
+    handed = []
+
+    def on_token(i: int, t, state) -> None:
+        checker(i, t, state)
+        if state is not None:
+            handed.append(i)
+            if after is not None:
+                after(i, state)
+    on_token.reads_state = checker.reads_state
+    run_engine(cg, prompt(image.program, image.memory, 4, SPEC), "fp32", on_token=on_token)
+    return handed
+
+
+def test_the_engine_hands_the_checker_the_state_only_where_it_reads_it(cg: CompiledGpu) -> None:
+    image = _image(LOOP, [[0] * 4], 4)
+    expected = expected_tokens(image.program, image.memory, 4, SPEC)
+    checker = Checker(cg, expected)
+    handed = _engine_checked(cg, image, checker)
+    assert checker.complete
+    reads = [i for i in range(len(expected)) if checker.reads_state(i)]
+    assert handed == reads and 0 < len(reads) < len(expected)
+    assert {expected[i][0][0] for i in reads} == {"exec", "halt"}
+
+
+def test_a_tampered_state_is_caught_through_the_engines_chunks(cg: CompiledGpu) -> None:
+    image = _image(VADD, VADD_ARGS, 4)
+    expected = expected_tokens(image.program, image.memory, 4, SPEC)
+    checker = Checker(cg, expected)
+    # as test_tampered_memory_row_is_named, but on the engine: word 100 gets a[1]'s row after the first EXEC
+    with pytest.raises(CheckError) as e:
+        _engine_checked(cg, image, checker, lambda i, state: i == 0 and _copy_row(cg, cg.data_op, state, 100, 1))
+    assert e.value.index == next(i for i, (t, info) in enumerate(expected) if info.step == 2)
+    assert "memory word 100 (address 0x190) expected 0x00000000, found 0x00000007" in str(e.value)

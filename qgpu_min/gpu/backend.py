@@ -189,6 +189,8 @@ def _launch(cg, program: Program, memory: list[int], grid: tuple[int, int], bloc
             trace(token_name(t))
         if checker is not None:
             checker(i, t, state)
+    # the tokens whose call reads the state: the engine decodes the ones between in one call (state None)
+    on_token.reads_state = checker.reads_state if checker is not None else lambda i: False
     with _step_limit_named(step_limit):
         # --check also checks that the model's argmax over its whole vocabulary is the GPU token the protocol
         # prescribes (without it a merged checkpoint's launch reads only the GPU's rows of the LM head)

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from ..circuit.ir import MemOp
-from ..circuit.run import memory_rows, row_words
+from ..circuit.run import read_rows, readout, row_words
 from ..errors import QgpuError
 from ..machine import interp
 from ..machine.interp import MemoryFault, StepRecord
@@ -246,16 +246,25 @@ class Checker:
 
     Raises CheckError at the first generated token that differs from expected_tokens, and at the first
     lane step (warp step) after which a live register (a data memory word) read from the model's state
-    differs from the interpreter's. state None: tokens only (a recorded run)."""
+    differs from the interpreter's. state None: tokens only (a recorded run, or a token at which
+    reads_state is false)."""
 
     def __init__(self, cg, expected: list[tuple[Token, StepInfo]]) -> None:
         self.cg = cg
         self.spec: GpuSpec = cg.gc.spec
         self.expected = expected
-        self.regs_op = next(op for op in cg.plan.ops if isinstance(op, MemOp) and op.mem.name == "regs")
-        self.data_op = cg.data_op
+        regs_op = next(op for op in cg.plan.ops if isinstance(op, MemOp) and op.mem.name == "regs")
+        self.regs = readout(cg.plan, regs_op)           # where the rows sit in the state: found once, read often
+        self.data = readout(cg.plan, cg.data_op)
+        # the generated tokens at which the state is read: a lane step ends (EXEC, CTA or HALT follows it)
+        self.state_at = {i for i, (t, _) in enumerate(expected) if t[0] in ("exec", "cta", "halt")}
         self.open: StepInfo | None = None      # the EXEC whose lane step is being generated
         self.checked = 0                       # tokens compared so far
+
+    def reads_state(self, i: int) -> bool:
+        """Whether the call for generated token i reads the state (a caller may pass None at the others, and
+        decode the tokens between in one go); past the expected tokens, a call raises before any read."""
+        return i in self.state_at or i >= len(self.expected)
 
     @property
     def complete(self) -> bool:
@@ -300,7 +309,7 @@ class Checker:
     def _check_registers(self, i: int, state, info: StepInfo) -> None:
         if not info.live:
             return
-        words = row_words(memory_rows(self.cg.plan, self.regs_op, state.recurrent, rows=self._reg_rows(info)))
+        words = row_words(read_rows(self.regs, state.recurrent, rows=self._reg_rows(info)))
         want = info.record.regs[info.lane]
         for r in info.live:
             found = words[r]
@@ -309,7 +318,7 @@ class Checker:
                                  f"expected {want[r]:#010x}, found {found:#010x} in the model's state", i)
 
     def _check_memory(self, i: int, state, rec: StepRecord) -> None:
-        words = row_words(memory_rows(self.cg.plan, self.data_op, state.recurrent))
+        words = row_words(read_rows(self.data, state.recurrent))
         for a, found in enumerate(words):
             if found != rec.memory[a]:
                 raise CheckError(f"generated token {i}: after step {rec.step} (CTA {rec.cta}, warp {rec.warp}, "
