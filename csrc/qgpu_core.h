@@ -273,6 +273,11 @@ void qgpu_circuit_prefill(const qgpu_circuit *c, const qgpu_circuit_state *st, c
 size_t qgpu_circuit_logits(const qgpu_circuit *c);
 int64_t qgpu_circuit_decode(const qgpu_circuit *c, const qgpu_circuit_state *st, int64_t token, float *const *ws,
                             float *scratch, int64_t *out, size_t max_tokens);
+/* A memory's rows [n_rows] from a DeltaNet state S [heads, dk, dv] (readout.c): out [n_rows, n_fields] the
+ * field values; returns -1, or the first row that is not an exact code (or holds a NaN). */
+int64_t qgpu_read_rows(const float *S, size_t dk, size_t dv, const int64_t *heads, const int64_t *at, size_t n_rows,
+                       size_t n_groups, const int64_t *g_fields, const int64_t *g_sources, const int64_t *g_size,
+                       const int64_t *idx, const int64_t *chans, size_t n_fields, double tol, int64_t *out);
 /* CDEF END */
 
 /* bf16.round_bf16 for one value: round to nearest, ties to even; a NaN keeps its sign and top payload bits

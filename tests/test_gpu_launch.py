@@ -161,6 +161,72 @@ def test_memory_rows_decode_the_state_and_refuse_a_broken_code(kernels, monkeypa
         memory_rows(cg.plan, op, S)
 
 
+def _outcome(fn, *args):
+    from qgpu_min.circuit.ir import CircuitError
+    try:
+        return fn(*args).tolist()
+    except CircuitError as e:
+        return str(e)
+
+
+def test_the_c_readout_equals_the_numpy_reference_on_launch_states(kernels, monkeypatch):
+    """read_rows (the C core's qgpu_read_rows) against read_rows_ref on the state a real launch leaves, for
+    the data memory and every lane's registers, and on 300 perturbed copies: noise of every size on random
+    channels, a row scaled, a NaN, an infinity, a row all zero or negative. Same fields, or the same error."""
+    from qgpu_min._core import ffi, lib
+    from qgpu_min.circuit.ir import MemOp
+    from qgpu_min.circuit.run import _c_readout, read_rows, read_rows_ref, readout
+    from qgpu_min.gpu import backend, model
+
+    real, seen = model.run_launch, {}
+
+    def keep_state(cg, prompt, mode="fp32", max_generated=100000, on_token=None, load_len=0, full_vocab=False):
+        run = real(cg, prompt, mode, max_generated, on_token, load_len, full_vocab)
+        seen.update(cg=cg)
+        return run
+    monkeypatch.setattr(backend, "run_model", keep_state)
+    monkeypatch.setattr(model, "read_rows", lambda r, recurrent, *a: seen.setdefault("S", recurrent) and
+                        read_rows(r, recurrent, *a))
+    args, block = ARGS["vadd"]
+    launch(kernels["vadd"], args, block=block, backend="circuit")
+    cg, S = seen["cg"], seen["S"]
+    regs = readout(cg.plan, next(op for op in cg.plan.ops if isinstance(op, MemOp) and op.mem.name == "regs"))
+    rng = np.random.default_rng(7)
+    lanes = range(block * cg.gc.spec.regs)        # the launch's lanes' registers (the others were never written)
+    for r, rows in ((cg.data, range(len(cg.data.bank))), (regs, lanes)):
+        layer = S[r.layer]
+        want = read_rows_ref(r, S, rows)
+        out = np.zeros_like(want)       # the C kernel itself vouches for every row of a clean state
+        heads, at = np.ascontiguousarray(r.head + r.bank[rows]), np.ascontiguousarray(r.at[rows])
+        assert lib.qgpu_read_rows(ffi.from_buffer("float[]", layer), layer.shape[1], layer.shape[2],
+                                  ffi.from_buffer("int64_t[]", heads), ffi.from_buffer("int64_t[]", at), len(rows),
+                                  len(r.groups), *_c_readout(r), r.n_fields, 1e-3, ffi.from_buffer("int64_t[]", out)) == -1
+        assert out.tolist() == want.tolist() and read_rows(r, S, rows).tolist() == want.tolist()
+        assert read_rows(r, S, rows[3:9]).tolist() == want[3:9].tolist()
+        for trial in range(150):
+            bad = dict(S)
+            bad[r.layer] = layer.copy()
+            for _ in range(int(rng.integers(1, 4))):
+                row = int(rng.choice(rows))
+                v = bad[r.layer][r.head + r.bank[row], r.at[row]]
+                kind = rng.integers(6)
+                if kind == 0:
+                    ch = rng.integers(v.size, size=int(rng.integers(1, 4)))
+                    v[ch] += np.float32(10.0 ** rng.uniform(-6, 0)) * np.float32(max(v.max(), 1e-3)) * \
+                        rng.choice([-1, 1], ch.size).astype(np.float32)
+                elif kind == 1:
+                    v *= np.float32(rng.uniform(0.1, 3))
+                elif kind == 2:
+                    v[rng.integers(v.size)] = np.nan
+                elif kind == 3:
+                    v[rng.integers(v.size)] = rng.choice([np.inf, -np.inf])
+                elif kind == 4:
+                    v[:] = 0
+                else:
+                    v[:] = -np.abs(v)
+            assert _outcome(read_rows, r, bad, rows) == _outcome(read_rows_ref, r, bad, rows), trial
+
+
 def test_limits_and_unsupported_are_refused_before_launching(kernels, tmp_path):
     args, _ = ARGS["vadd"]
     with pytest.raises(CapacityError, match="a CTA of 1..32 threads .* the block is 33x1 = 33 threads"):

@@ -7,10 +7,11 @@ independent, so a batch of cases runs as one prefill.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from qgpu_min._core import ffi, lib
 from qgpu_min.model import kernels
 from qgpu_min.model.config import TextConfig
 from qgpu_min.model.forward import Model
@@ -118,6 +119,7 @@ class Readout:
     at: np.ndarray                                       # [rows]
     groups: tuple[tuple[tuple[int, ...], np.ndarray], ...]   # (field indices, channels [fields, sources, size])
     n_fields: int
+    _c: tuple | None = field(default=None, init=False, repr=False, compare=False)   # _c_readout's arrays
 
     def arrays(self, prefix: str) -> dict[str, np.ndarray]:
         out = {f"{prefix}.name": np.array(self.name), f"{prefix}.place": np.array([self.layer, self.head, self.n_fields]),
@@ -153,7 +155,39 @@ def read_rows(r: Readout, recurrent: dict, rows: range | None = None, tol: float
 
     A row's value channels hold its fields' active elements at one common positive value (the row's
     scale) and zeros elsewhere; a field with several sources sums its channel blocks. Raises unless every
-    row is exactly such a code (within tol, relative): a state that is not is not a result."""
+    row is exactly such a code (within tol, relative): a state that is not is not a result.
+
+    The C core's qgpu_read_rows reads them (only the rows asked for, no temporaries); where it cannot vouch
+    for a row (not a code, a NaN), read_rows_ref decides and says which row and field."""
+    want = np.arange(len(r.bank)) if rows is None else np.asarray(list(rows), np.int64)
+    S = recurrent[r.layer]
+    if S.dtype == np.float32 and S.ndim == 3 and S.flags.c_contiguous and want.size:
+        c = _c_readout(r)
+        heads, at = np.ascontiguousarray(r.head + r.bank[want]), np.ascontiguousarray(r.at[want])
+        out = np.zeros((want.size, r.n_fields), np.int64)
+        bad = lib.qgpu_read_rows(ffi.from_buffer("float[]", S), S.shape[1], S.shape[2],
+                                 ffi.from_buffer("int64_t[]", heads), ffi.from_buffer("int64_t[]", at), want.size,
+                                 len(r.groups), *c, r.n_fields, tol, ffi.from_buffer("int64_t[]", out))
+        if bad < 0:
+            return out
+    return read_rows_ref(r, recurrent, want, tol)
+
+
+def _c_readout(r: Readout) -> tuple:
+    """The readout's field groups as qgpu_read_rows takes them (made once per readout)."""
+    if r._c is None:
+        arrays = (np.array([len(idx) for idx, _ in r.groups], np.int64),
+                  np.array([chans.shape[1] for _, chans in r.groups], np.int64),
+                  np.array([chans.shape[2] for _, chans in r.groups], np.int64),
+                  np.concatenate([np.asarray(idx, np.int64) for idx, _ in r.groups] + [np.zeros(1, np.int64)]),
+                  np.concatenate([np.asarray(ch, np.int64).ravel() for _, ch in r.groups] + [np.zeros(1, np.int64)]))
+        object.__setattr__(r, "_c", (arrays, tuple(ffi.from_buffer("int64_t[]", a) for a in arrays)))
+    return r._c[1]
+
+
+def read_rows_ref(r: Readout, recurrent: dict, rows: np.ndarray | range | None = None,
+                  tol: float = 1e-3) -> np.ndarray:
+    """The NumPy reference of read_rows (and of qgpu_read_rows)."""
     want = np.arange(len(r.bank)) if rows is None else np.asarray(list(rows), np.int64)
     v = recurrent[r.layer][r.head + r.bank[want], r.at[want]].astype(np.float64)   # [rows, value channels]
     scale = v.max(axis=1)

@@ -189,12 +189,13 @@ def _launch(cg, program: Program, memory: list[int], grid: tuple[int, int], bloc
             trace(token_name(t))
         if checker is not None:
             checker(i, t, state)
-    # the tokens whose call reads the state: the engine decodes the ones between in one call (state None)
-    on_token.reads_state = checker.reads_state if checker is not None else lambda i: False
+    # where a call reads the state: the engine decodes the tokens before it in one call (handing None)
+    on_token.next_state_read = checker.next_state_read if checker is not None else lambda i: None
     with _step_limit_named(step_limit):
         # --check also checks that the model's argmax over its whole vocabulary is the GPU token the protocol
         # prescribes (without it a merged checkpoint's launch reads only the GPU's rows of the LM head)
-        run = run_model(cg, load + rest, mode, max_generated=_token_limit(step_limit, grid), on_token=on_token,
+        run = run_model(cg, load + rest, mode, max_generated=_token_limit(step_limit, grid),
+                        on_token=on_token if checker is not None or trace is not None else None,
                         load_len=len(load), full_vocab=check)
     return _backend_run(cg, load + rest, run, memory, mode, check)
 

@@ -34,6 +34,7 @@ record holds those of all active lanes.
 """
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -247,7 +248,8 @@ class Checker:
     Raises CheckError at the first generated token that differs from expected_tokens, and at the first
     lane step (warp step) after which a live register (a data memory word) read from the model's state
     differs from the interpreter's. state None: tokens only (a recorded run, or a token at which
-    reads_state is false)."""
+    next_state_read says it
+    does not read it)."""
 
     def __init__(self, cg, expected: list[tuple[Token, StepInfo]]) -> None:
         self.cg = cg
@@ -257,14 +259,16 @@ class Checker:
         self.regs = readout(cg.plan, regs_op)           # where the rows sit in the state: found once, read often
         self.data = readout(cg.plan, cg.data_op)
         # the generated tokens at which the state is read: a lane step ends (EXEC, CTA or HALT follows it)
-        self.state_at = {i for i, (t, _) in enumerate(expected) if t[0] in ("exec", "cta", "halt")}
+        self.state_reads = [i for i, (t, _) in enumerate(expected) if t[0] in ("exec", "cta", "halt")]
         self.open: StepInfo | None = None      # the EXEC whose lane step is being generated
         self.checked = 0                       # tokens compared so far
 
-    def reads_state(self, i: int) -> bool:
-        """Whether the call for generated token i reads the state (a caller may pass None at the others, and
-        decode the tokens between in one go); past the expected tokens, a call raises before any read."""
-        return i in self.state_at or i >= len(self.expected)
+    def next_state_read(self, i: int) -> int:
+        """The first generated token j >= i whose call reads the state: a caller may pass None for the
+        state before it (and decode the tokens up to it in one go). Past the expected tokens every call
+        reads (it raises before it does)."""
+        k = bisect.bisect_left(self.state_reads, i)
+        return self.state_reads[k] if k < len(self.state_reads) else max(i, len(self.expected))
 
     @property
     def complete(self) -> bool:

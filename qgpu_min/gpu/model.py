@@ -246,15 +246,16 @@ def run_engine(cg: CompiledGpu, prompt: list[Token], mode: str = "fp32", max_gen
     """run_launch on the step engine: the prompt and the whole decode loop in C, each argmax over the whole
     vocabulary (full_vocab changes nothing here: that is always so). The same tokens and state as
     Model.decode's loop, bit for bit (tests/test_step_engine.py). With on_token the loop goes one token per
-    call, so the callback sees the state after each; where on_token has reads_state(i) false, it gets None
-    for the state and the tokens up to the next one that reads it are decoded in one call."""
+    call, so the callback sees the state after each; where on_token has next_state_read(i) (the next token
+    whose call reads the state, None: none does), it gets None for the state before that token, and the
+    tokens up to it are decoded in one call."""
     engine, model = cg.engine(mode), cg.model(mode)
     rules = cg.launch_rules(mode)
     ids = [cg.token_id(t) for t in prompt]
     state, reused = load_state(cg, model, mode, ids[:load_len], engine.prefill) if load_len \
         else (model.new_state(), 0)
     generated = [cg.token_at(engine.first(state, ids[load_len:], rules))]
-    reads = getattr(on_token, "reads_state", lambda i: True)
+    next_read = getattr(on_token, "next_state_read", lambda i: i)
     seen = 0                                       # tokens handed to on_token so far
     while True:
         if on_token is not None:
@@ -264,8 +265,9 @@ def run_engine(cg: CompiledGpu, prompt: list[Token], mode: str = "fp32", max_gen
         if not _goes_on(generated, max_generated):
             break
         want = max_generated - len(generated)
-        if on_token is not None:                   # up to the next token whose call reads the state
-            want = next((k for k in range(1, want) if reads(len(generated) - 1 + k)), want)
+        j = next_read(len(generated)) if on_token is not None else None
+        if j is not None:                          # up to the next token whose call reads the state
+            want = min(want, max(1, j - len(generated) + 1))
         generated += [cg.token_at(i) for i in engine.decode(state, cg.token_id(generated[-1]), rules, want)]
         if on_token is None and not _goes_on(generated, max_generated):
             break
