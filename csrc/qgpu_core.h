@@ -54,6 +54,9 @@ size_t qgpu_product_scratch_max(size_t n, size_t in);
 int qgpu_matmul_multi(const qgpu_matrix *ws, size_t count, size_t in, const float *x, size_t n, float *y,
                       int flags, uint16_t *scratch);
 
+/* out [rows, cols] (zeros) gets the bf16 bits of a CSR matrix whose f32 values are bf16 values. */
+void qgpu_csr_bf16_bits(size_t rows, size_t cols, const int64_t *indptr, const int32_t *indices, const float *values,
+                        uint16_t *out);
 /* Y[n, out] = X[n, in] . W^T for a CSR bf16 matrix W [out, in]: row r has values[indptr[r] ..
  * indptr[r+1]) at columns indices[same]. matvec is n = 1. */
 void qgpu_sparse_matmul(size_t out, size_t in, const int64_t *indptr, const int32_t *indices,

@@ -50,3 +50,12 @@ void qgpu_sparse_matmul(size_t out, size_t in, const int64_t *indptr, const int3
     qgpu_parallel_for(out, 16, (nnz + out) * (n ? n : 1), sparse_rows, &a);
 }
 
+
+/* The dense bf16 bits of a CSR matrix with f32 values that are bf16 values (each one's top 16 bits): out
+ * [rows, cols] must hold zeros; row r's values go to out[r, indices[...]]. */
+void qgpu_csr_bf16_bits(size_t rows, size_t cols, const int64_t *indptr, const int32_t *indices, const float *values,
+                        uint16_t *out) {
+    for (size_t r = 0; r < rows; r++)
+        for (int64_t e = indptr[r]; e < indptr[r + 1]; e++)
+            out[r * cols + (size_t)indices[e]] = (uint16_t)(qgpu_float_bits(values[e]) >> 16);
+}

@@ -36,9 +36,12 @@ def cold(tmp_path_factory) -> tuple[Path, CompiledGpu, list[str]]:
 
 
 def _entry(d: Path) -> Path:
+    """The folder's one entry (<key>.npz; the files derived from it are <key>.<name>.npz), no temporary file."""
     files = sorted(d.iterdir())
-    assert len(files) == 1 and files[0].suffix == ".npz", files
-    return files[0]
+    assert not [f for f in files if f.suffix == ".tmp"], files
+    entries = [f for f in files if f.suffixes == [".npz"]]
+    assert len(entries) == 1, files
+    return entries[0]
 
 
 def _logits(cg: CompiledGpu, mode: str) -> np.ndarray:
@@ -307,3 +310,89 @@ def test_default_cache_dir(monkeypatch, tmp_path):
     assert cache.default_cache_dir() == tmp_path / "xdg" / "qgpu-min" / "gpu"
     monkeypatch.setenv("XDG_CACHE_HOME", "relative")
     assert cache.default_cache_dir() == Path.home() / ".cache" / "qgpu-min" / "gpu"
+
+
+# ---- files derived from an entry (the chunked head, the head's factor tables) --------------------------------
+
+
+def _launch_ids(cg: CompiledGpu, mode: str) -> list[int]:
+    """vadd of 3 lanes on cg's step engine (the whole vocabulary's argmax each step): its generated ids."""
+    from qgpu_min.gpu.model import run_engine
+    from qgpu_min.gpu.program import block_format, prompt
+    from qgpu_min.host.launch import build_image, compile_kernel
+    src = "__global__ void vadd(const int* a, int* c) { c[threadIdx.x] = a[threadIdx.x] + 5; }"
+    image = build_image(compile_kernel(src, fmt=block_format(cg.spec)), [[1, -2, 300], [0, 0, 0]], (3, 1))
+    run = run_engine(cg, prompt(image.program, image.memory, 3, cg.spec), mode)
+    return [cg.token_id(t) for t in run.generated]
+
+
+def test_derived_files_are_written_once_and_read_back_the_same(cold, tmp_path, monkeypatch):
+    """The first engine run next to an entry writes the chunked head and the factor tables beside it; a second
+    process's load reads them (neither is derived again) and its launch is the same, token for token."""
+    from qgpu_min.model import forward, step_engine
+    from qgpu_min.gpu import model as gpu_model
+    shutil.copyfile(_entry(cold[0]), tmp_path / _entry(cold[0]).name)
+    first = cache.load_or_compile(cache_dir=tmp_path)
+    want = {m: _launch_ids(first, m) for m in ("fp32", "bf16")}
+    names = sorted(p.name.split(".", 1)[1] for p in tmp_path.iterdir() if p.suffixes != [".npz"])
+    assert names == ["head.w%d.npz" % forward.kernels.chunk_width(), "head_tables.npz"], names
+    for module, fn in ((forward, "sparse_chunks"), (gpu_model, "factor_tables"), (step_engine, "factor_tables")):
+        monkeypatch.setattr(module, fn, _no_emit)
+    second = cache.load_or_compile(cache_dir=tmp_path)
+    assert {m: _launch_ids(second, m) for m in ("fp32", "bf16")} == want
+
+
+@pytest.mark.parametrize("kind", ["flip", "truncate", "tamper", "stale"])
+def test_a_bad_derived_file_is_made_again(cold, tmp_path, capsys, kind):
+    shutil.copyfile(_entry(cold[0]), tmp_path / _entry(cold[0]).name)
+    first = cache.load_or_compile(cache_dir=tmp_path)
+    want = _launch_ids(first, "fp32")
+    path = next(p for p in tmp_path.iterdir() if p.name.endswith(".head_tables.npz"))
+    {"flip": _flip, "truncate": _truncate, "tamper": _tamper_derived, "stale": _stale_derived}[kind](path)
+    key = _entry(tmp_path).stem
+    with pytest.raises(cache.BadEntry):
+        cache.read_derived(path, key, "head_tables")
+    capsys.readouterr()
+    assert _launch_ids(cache.load_or_compile(cache_dir=tmp_path), "fp32") == want
+    assert f"GPU cache file {path} is unusable" in capsys.readouterr().err
+    cache.read_derived(path, key, "head_tables")       # made again, whole
+
+
+def _resave(path: Path, change) -> None:
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {n: z[n] for n in z.files}
+    change(arrays)
+    path.unlink()
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+
+
+def _tamper_derived(path: Path) -> None:   # one table weight changed, the old digest kept
+    def change(a):
+        name = next(n for n in sorted(a) if n.endswith(".weights") and a[n].size)
+        a[name] = a[name].copy()
+        a[name].flat[0] += 1.0
+    _resave(path, change)
+
+
+def _stale_derived(path: Path) -> None:    # whole and valid, for another entry
+    def change(a):
+        a["meta.key"] = np.array("0" * 64)
+        a["meta.digest"] = np.array(cache._payload_digest(a))
+    _resave(path, change)
+
+
+def test_embedding_bits_from_the_csr_equal_the_reference():
+    from qgpu_min.gpu.model import EmbedCsr
+    rng = np.random.default_rng(3)
+    dense = np.where(rng.random((40, 70)) < 0.2, rng.integers(-3, 50, (40, 70)), 0).astype(np.float32)
+    dense[5, 7] = -0.0
+    dense[9] = 0
+    rows, cols = np.nonzero((dense != 0) | np.signbit(dense))
+    indptr = np.zeros(41, np.int64)
+    np.cumsum(np.bincount(rows, minlength=40), out=indptr[1:])
+    e = EmbedCsr((40, 70), indptr, cols.astype(np.int32), dense[rows, cols])
+    assert np.array_equal(e.bits(), e.bits_ref()) and e.bits()[5, 7] == 0x8000
+    assert EmbedCsr((40, 70), indptr, cols.astype(np.int32), dense[rows, cols] + 0.001).bits() is None
+    with pytest.raises(ValueError, match="do not fit the shape"):
+        EmbedCsr((40, 60), indptr, cols.astype(np.int32), dense[rows, cols]).bits()

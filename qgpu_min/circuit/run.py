@@ -49,15 +49,17 @@ def embedding_rows(p: Plan, inputs: dict) -> np.ndarray:
 
 
 def circuit_model(layers: list[LayerWeights], shape: BaseShape, embed: np.ndarray | None, mode: str = "fp32",
-                  bits: np.ndarray | None = None) -> Model:
+                  bits: np.ndarray | None = None, head_now: bool = True) -> Model:
     """The runtime Model of emitted layers and the embedding rows f32 [V, hidden] (or, given `bits`, their
-    bf16 bits already: embed may then be None)."""
+    bf16 bits already: embed may then be None). head_now: its chunked LM head built now (else on first use,
+    or handed to it: Model.use_chunked_head)."""
     if bits is None:  # f32_to_bf16's bits (the same rounding, in C: the GPU's embedding is 61 M values)
         bits = (kernels.round_bf16(np.ascontiguousarray(embed, np.float32)).view(np.uint32) >> 16).astype(np.uint16)
     w = Weights(embed=bits, lm_head=bits, final_norm=np.zeros(shape.hidden, np.float32),
                 layers=[runtime_layer(lw) for lw in layers], files=None)
     model = Model(text_config(shape, len(layers), bits.shape[0]), w, mode)
-    model.chunked_head()  # built now rather than inside the first decode step
+    if head_now:
+        model.chunked_head()  # built now rather than inside the first decode step
     return model
 
 

@@ -275,6 +275,61 @@ def read_entry(path: Path, key: str) -> dict[str, np.ndarray]:
     return arrays
 
 
+# Arrays derived from an entry at first use (the engine's chunked head, its factor tables), kept beside it as
+# <key>.<name>.npz, uncompressed: a warm start reads them instead of deriving them again (most of a second).
+DERIVED_FORMAT = 1
+
+
+def derived_path(cache_dir: Path, key: str, name: str) -> Path:
+    return Path(cache_dir) / f"{key}.{name}.npz"
+
+
+def read_derived(path: Path, key: str, name: str) -> dict[str, np.ndarray]:
+    """A derived file's arrays, checked as read_entry checks an entry (whole, digest, format, key, name);
+    raises BadEntry."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {n: z[n] for n in z.files}
+        digest, fmt = str(arrays["meta.digest"]), int(arrays["meta.format"])
+        stored = (str(arrays["meta.key"]), str(arrays["meta.name"]))
+    except Exception as e:  # zip (CRC included), npy header errors, truncation, a missing header field
+        raise BadEntry(f"unreadable ({type(e).__name__}: {e})") from None
+    if _payload_digest(arrays) != digest:
+        raise BadEntry("payload hash mismatch")
+    if fmt != DERIVED_FORMAT or stored != (key, name):
+        raise BadEntry(f"stale: holds {stored[1]!r} of key {stored[0][:12]}... in format {fmt}")
+    return {n[2:]: a for n, a in arrays.items() if n.startswith("a.")}
+
+
+@dataclasses.dataclass(frozen=True)
+class DerivedStore:
+    """derived(name, make): the arrays `make()` gives for the entry `key`, from <key>.<name>.npz when that file
+    is intact, else made and written there (a file that cannot be written is only a warning; one that does
+    not read is reported, removed and made again)."""
+    cache_dir: Path
+    key: str
+
+    def __call__(self, name: str, make: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        path = derived_path(self.cache_dir, self.key, name)
+        if path.exists():
+            try:
+                return read_derived(path, self.key, name)
+            except BadEntry as e:
+                _warn(f"GPU cache file {path} is unusable, {e}; making it again")
+                path.unlink(missing_ok=True)
+        made = make()
+        arrays = {f"a.{n}": np.asarray(a) for n, a in made.items()}
+        arrays.update({"meta.format": np.array(DERIVED_FORMAT, np.int64), "meta.key": np.array(self.key),
+                       "meta.name": np.array(name)})
+        arrays["meta.digest"] = np.array(_payload_digest(arrays))
+        try:
+            with atomic_output(path) as f:
+                np.savez(f, **arrays)
+        except OSError as e:
+            _warn(f"could not write the GPU cache file {path} ({e}); it is made again next time")
+        return made
+
+
 def _coo_of(arrays: dict[str, np.ndarray], prefix: str) -> Coo:
     """A Coo holding the stored CSR matrix as one bulk block: to_sparse gives back the stored matrix bit for
     bit (the entries are already summed, sorted and bf16-exact), and it stays sparse in memory."""
@@ -329,7 +384,8 @@ def _try_load(path: Path, key: str, spec: GpuSpec, shape: BaseShape) -> Compiled
         return None
     try:
         arrays = read_entry(path, key)
-        return CompiledGpu(spec, shape, layers_of(arrays), _embed_of(arrays), Readout.from_arrays(arrays, "data"))
+        return CompiledGpu(spec, shape, layers_of(arrays), _embed_of(arrays), Readout.from_arrays(arrays, "data"),
+                           derived=DerivedStore(path.parent, key))
     except BadEntry as e:
         reason = str(e)
     except Exception as e:  # a checked entry that still does not rebuild: treat it as corrupt too
@@ -370,4 +426,5 @@ def load_or_compile(spec: GpuSpec = GpuSpec(), shape: BaseShape = BaseShape(), c
     # the layers as a warm load returns them (dropping emit's per-entry lists); the embedding as emitted,
     # which equals the stored one, so the dense array is not made twice
     cg.layers = layers_of(arrays)
+    cg.derived = DerivedStore(path.parent, key)
     return cg

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -17,12 +18,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._core import ffi, lib
 from ..circuit.compile import BaseShape, Plan, check_exact_weights, emit, plan
 from ..circuit.ir import MemOp
 from ..circuit.margin import static_check
 from ..circuit.run import Readout, circuit_model, embedding_rows, read_rows, readout, row_words
 from ..model import kernels
 from ..model.forward import Model
+from ..model.head_bound import factor_tables, tables_arrays, tables_from_arrays
+from ..model.kernels_ref import ChunkedBF16
 from ..model.step_engine import Rules, StepEngine
 from .core import GpuCircuit, build
 from .layout import GpuSpec
@@ -48,7 +52,25 @@ class EmbedCsr:
         return out
 
     def bits(self) -> np.ndarray | None:
-        """bf16 bits [V, hidden], or None when a value is not exactly a bf16 value (then round the dense rows)."""
+        """bf16 bits [V, hidden], or None when a value is not exactly a bf16 value (then round the dense rows).
+        Scattered by the C core (qgpu_csr_bf16_bits; bits_ref is its NumPy reference)."""
+        v = np.ascontiguousarray(self.values, np.float32)
+        if np.any(v.view(np.uint32) & np.uint32(0xFFFF)) or np.any(~np.isfinite(v)):
+            return None
+        indptr = np.ascontiguousarray(self.indptr, np.int64)
+        indices = np.ascontiguousarray(self.indices, np.int32)
+        if indptr.shape != (self.shape[0] + 1,) or indptr[0] != 0 or np.any(np.diff(indptr) < 0) \
+                or indptr[-1] != v.size or indices.shape != v.shape \
+                or (v.size and (indices.min() < 0 or indices.max() >= self.shape[1])):
+            raise ValueError(f"EmbedCsr: the CSR arrays do not fit the shape {self.shape}")
+        out = np.zeros(self.shape, np.uint16)
+        lib.qgpu_csr_bf16_bits(self.shape[0], self.shape[1], ffi.from_buffer("int64_t[]", indptr),
+                               ffi.from_buffer("int32_t[]", indices), ffi.from_buffer("float[]", v),
+                               ffi.from_buffer("uint16_t[]", out))
+        return out
+
+    def bits_ref(self) -> np.ndarray | None:
+        """The NumPy reference of bits."""
         v = np.ascontiguousarray(self.values, np.float32)
         b = v.view(np.uint32)
         if np.any(b & np.uint32(0xFFFF)) or np.any(~np.isfinite(v)):
@@ -74,6 +96,9 @@ class CompiledGpu:
     loaded: OrderedDict = field(default_factory=OrderedDict)   # programs loaded before (load_state)
     engines: dict = field(default_factory=dict)  # mode -> StepEngine (of models[mode])
     rules: dict = field(default_factory=dict)    # mode -> the engine's Rules (the whole vocabulary, bounded)
+    # derived(name, make) -> arrays: what is derived from the layers at first use (the chunked head, the head's
+    # factor tables), kept by the cache beside its entry (gpu/cache.DerivedStore); None: made every time
+    derived: Callable[[str, Callable[[], dict]], dict] | None = None
 
     @property
     def embed(self) -> np.ndarray:
@@ -86,8 +111,14 @@ class CompiledGpu:
         if mode not in self.models:
             src = self.embed_source
             bits = src.bits() if isinstance(src, EmbedCsr) else None
-            self.models[mode] = circuit_model(self.layers, self.shape, self.embed if bits is None else None, mode,
-                                              bits)
+            model = circuit_model(self.layers, self.shape, self.embed if bits is None else None, mode, bits,
+                                  head_now=self.derived is None)
+            if self.derived is not None:      # the chunked head (the same in every mode) kept beside the entry
+                width = kernels.chunk_width()
+                arrays = self.derived(f"head.w{width}", lambda: _head_arrays(model))
+                if arrays:
+                    model.use_chunked_head(ChunkedBF16.from_arrays(arrays, model.weights.lm_head))
+            self.models[mode] = model
         return self.models[mode]
 
     def engine(self, mode: str = "fp32") -> StepEngine:
@@ -104,7 +135,13 @@ class CompiledGpu:
         engine = self.engine(mode)
         if mode not in self.rules or self.rules[mode].engine is not engine:
             stop = np.array([t[0] in ("halt", "fault") for t in self.tokens])
-            self.rules[mode] = engine.rules([np.arange(len(self.tokens))], np.where(stop, -1, 0), self.tokens)
+            tables = None
+            if self.derived is not None:      # the head's factor tables (every mode's), kept beside the entry
+                head = engine.model.weights.lm_head
+                tables = tables_from_arrays(self.derived("head_tables", lambda: tables_arrays(
+                    factor_tables(head, self.tokens))))
+            self.rules[mode] = engine.rules([np.arange(len(self.tokens))], np.where(stop, -1, 0), self.tokens,
+                                            tables)
         return self.rules[mode]
 
     @cached_property
@@ -145,6 +182,12 @@ class CompiledGpu:
 
     def token_at(self, i: int) -> Token | None:
         return self.tokens[i]
+
+
+def _head_arrays(model: Model) -> dict:
+    """The model's chunked head as arrays ({} when its head is not chunk-sparse)."""
+    head = model.chunked_head()
+    return {} if head is None else head.arrays()
 
 
 def compile_gpu(spec: GpuSpec = GpuSpec(), shape: BaseShape = BaseShape()) -> CompiledGpu:

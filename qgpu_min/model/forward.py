@@ -310,6 +310,13 @@ class Model:
             self._head_chunks[width] = sparse_chunks(self.weights.lm_head, width)
         return self._head_chunks[width]
 
+    def use_chunked_head(self, head: kernels.ChunkedBF16) -> None:
+        """Take `head` as chunked_head's result at its width (one made before, e.g. kept in a cache): it must
+        be this model's LM head itself (the same dense bits), else ValueError."""
+        if head.dense is not self.weights.lm_head and not np.array_equal(head.dense, self.weights.lm_head):
+            raise ValueError("the chunked head is not this model's LM head")
+        self._head_chunks[head.width] = head
+
     def _apply_head(self, w, hidden: np.ndarray) -> np.ndarray:
         # fp32 products (no bf16_x) in both modes: the chunked head must equal the dense one bit for bit, and
         # AMX's order has no chunked twin; a decode step multiplies one token, where AMX gains nothing.

@@ -51,6 +51,33 @@ class HeadTables:
     token_kinds: list[str] = field(default_factory=list)                      # each token's kind
 
 
+def tables_arrays(t: HeadTables) -> dict[str, np.ndarray]:
+    """The tables as plain arrays (a cache stores them; tables_from_arrays gives them back)."""
+    out = {"cols": t.cols, "kinds": np.array(t.kinds), "base": t.base, "absmax": t.absmax, "terms": t.terms,
+           "exact": np.asarray(t.exact, np.int64), "token_kinds": np.array(t.token_kinds),
+           "f.meta": np.array([[f.kind, f.field, f.bit] for f in t.factors], np.int64).reshape(-1, 3),
+           "radix.n": np.array([len(r) for r in t.radix], np.int64),
+           "radix": np.array([v for r in t.radix for v in r], np.int64)}
+    for i, f in enumerate(t.factors):
+        out[f"f{i}.values"], out[f"f{i}.cols"], out[f"f{i}.weights"] = f.values, f.cols, f.weights
+    for i, lk in enumerate(t.lookup):
+        out[f"lookup{i}"] = lk
+    return out
+
+
+def tables_from_arrays(a: dict[str, np.ndarray]) -> HeadTables:
+    """The HeadTables tables_arrays wrote (KeyError / ValueError when the arrays are not such tables)."""
+    kinds = [str(k) for k in a["kinds"]]
+    factors = [Factor(int(k), int(fl), int(b), a[f"f{i}.values"], a[f"f{i}.cols"], a[f"f{i}.weights"])
+               for i, (k, fl, b) in enumerate(a["f.meta"])]
+    ends = np.cumsum(a["radix.n"])
+    radix = [a["radix"][e - n:e].tolist() for n, e in zip(a["radix.n"], ends)]
+    if len(radix) != len(kinds) or a["base"].shape != (len(kinds), a["cols"].size):
+        raise ValueError("the head tables' arrays do not agree with each other")
+    return HeadTables(a["cols"], kinds, a["base"], a["absmax"], a["terms"], factors, radix,
+                      [a[f"lookup{i}"] for i in range(len(kinds))], a["exact"], [str(k) for k in a["token_kinds"]])
+
+
 class _Keys:
     """Whether a column (values over a kind's rows) is a function of a key (same key, same value); each key's
     sort is done once."""

@@ -191,6 +191,25 @@ class ChunkedBF16:
         return cls((int(out), int(n_in)), width, ptr, np.concatenate(cols or [np.zeros(0, np.int32)]), values,
                    w_bits, small_integers(values))
 
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The chunked form as plain arrays, the dense matrix left out (a cache stores them)."""
+        out = {"shape": np.array(self.shape, np.int64), "width": np.array(self.width, np.int64), "ptr": self.ptr,
+               "cols": self.cols, "values": self.values}
+        return out if self.small is None else {**out, "small": self.small}
+
+    @classmethod
+    def from_arrays(cls, a: dict[str, np.ndarray], dense: np.ndarray) -> "ChunkedBF16":
+        """The ChunkedBF16 of `dense` that arrays() wrote; raises KernelInputError where they cannot be its
+        (shapes, a chunk outside the matrix; the values themselves are the writer's, checked by its digest)."""
+        shape, width = tuple(int(x) for x in a["shape"]), int(a["width"])
+        ptr, cols, values, small = a["ptr"], a["cols"], a["values"], a.get("small")
+        n = int(ptr[-1]) if ptr.size else -1
+        if shape != dense.shape or ptr.shape != (shape[0] + 1,) or cols.shape != (n,) or values.shape != (n * width,) \
+                or (small is not None and small.shape != values.shape) or np.any(np.diff(ptr) < 0) \
+                or (n and (cols.min() < 0 or cols.max() >= shape[1] or np.any(cols % width))):
+            raise KernelInputError(f"the stored chunked form does not fit a {shape} matrix of {width}-column chunks")
+        return cls(shape, width, ptr, cols, values, dense, small)
+
     def to_dense(self) -> np.ndarray:
         out, n_in = self.shape
         n_chunks = -(-n_in // self.width)

@@ -103,6 +103,8 @@ class Sell:
 def chunk_rows(w: kernels.ChunkedBF16, ids: np.ndarray) -> tuple:
     """(ptr, cols, values, small) of the rows `ids` of a chunked matrix, each row's chunks as they are (so
     each row's product keeps its bits)."""
+    if ids.size == w.shape[0] and np.array_equal(ids, np.arange(w.shape[0])):   # every row: the arrays as they are
+        return w.ptr, w.cols, w.values, w.small
     counts = w.ptr[ids + 1] - w.ptr[ids]
     ptr = np.zeros(ids.size + 1, np.int64)
     np.cumsum(counts, out=ptr[1:])
@@ -301,11 +303,13 @@ class StepEngine:
 
     # ---- the protocol's token sets ----------------------------------------------------------------------
 
-    def rules(self, sets: list[np.ndarray], next_set: np.ndarray, tokens: list[tuple] | None = None) -> "Rules":
+    def rules(self, sets: list[np.ndarray], next_set: np.ndarray, tokens: list[tuple] | None = None,
+              tables: HeadTables | None = None) -> "Rules":
         """The head's token sets (ascending ids each) and, for every token id, the set read after it
         (-1: a stop token, never fed). With `tokens` (the vocabulary as tuples, model/head_bound.py) set 0
-        must be the whole vocabulary, and its argmax comes from the head's factor tables."""
-        return Rules(self, sets, next_set, tokens)
+        must be the whole vocabulary, and its argmax comes from the head's factor tables: `tables` when
+        given (factor_tables of this head and these tokens, made before), else derived here."""
+        return Rules(self, sets, next_set, tokens, tables)
 
     # ---- running ------------------------------------------------------------------------------------------
 
@@ -454,7 +458,7 @@ class Rules:
     """The head's token sets for one engine, in C form (see StepEngine.rules)."""
 
     def __init__(self, engine: StepEngine, sets: list[np.ndarray], next_set: np.ndarray,
-                 tokens: list[tuple] | None = None) -> None:
+                 tokens: list[tuple] | None = None, tables: HeadTables | None = None) -> None:
         V = engine._embed.shape[0]
         self.engine = engine
         next_set = np.ascontiguousarray(next_set, np.int32)
@@ -476,7 +480,7 @@ class Rules:
         if tokens is not None:
             if len(tokens) != V or not np.array_equal(self.sets[0], np.arange(V)):
                 raise EngineError("a bounded head needs set 0 to be the whole vocabulary, one tuple per token")
-            self.tables = factor_tables(engine.model.weights.lm_head, tokens)
+            self.tables = factor_tables(engine.model.weights.lm_head, tokens) if tables is None else tables
             self.bound = c_bound(self.tables, head, self.c_sets[0], self._keep)
             self.max_rows = max(self.max_rows, V)
 
