@@ -305,9 +305,11 @@ def read_derived(path: Path, key: str, name: str) -> dict[str, np.ndarray]:
 class DerivedStore:
     """derived(name, make): the arrays `make()` gives for the entry `key`, from <key>.<name>.npz when that file
     is intact, else made and written there (a file that cannot be written is only a warning; one that does
-    not read is reported, removed and made again)."""
+    not read is reported, removed and made again). `source`: the entry's embedding object as loaded; what is
+    derived from it holds for a CompiledGpu only while that is its embedding (CompiledGpu.store)."""
     cache_dir: Path
     key: str
+    source: object = dataclasses.field(default=None, compare=False, repr=False)
 
     def __call__(self, name: str, make: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         path = derived_path(self.cache_dir, self.key, name)
@@ -384,8 +386,9 @@ def _try_load(path: Path, key: str, spec: GpuSpec, shape: BaseShape) -> Compiled
         return None
     try:
         arrays = read_entry(path, key)
-        return CompiledGpu(spec, shape, layers_of(arrays), _embed_of(arrays), Readout.from_arrays(arrays, "data"),
-                           derived=DerivedStore(path.parent, key))
+        embed = _embed_of(arrays)
+        return CompiledGpu(spec, shape, layers_of(arrays), embed, Readout.from_arrays(arrays, "data"),
+                           derived=DerivedStore(path.parent, key, embed))
     except BadEntry as e:
         reason = str(e)
     except Exception as e:  # a checked entry that still does not rebuild: treat it as corrupt too
@@ -426,5 +429,5 @@ def load_or_compile(spec: GpuSpec = GpuSpec(), shape: BaseShape = BaseShape(), c
     # the layers as a warm load returns them (dropping emit's per-entry lists); the embedding as emitted,
     # which equals the stored one, so the dense array is not made twice
     cg.layers = layers_of(arrays)
-    cg.derived = DerivedStore(path.parent, key)
+    cg.derived = DerivedStore(path.parent, key, cg.embed_source)
     return cg

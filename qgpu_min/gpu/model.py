@@ -96,9 +96,16 @@ class CompiledGpu:
     loaded: OrderedDict = field(default_factory=OrderedDict)   # programs loaded before (load_state)
     engines: dict = field(default_factory=dict)  # mode -> StepEngine (of models[mode])
     rules: dict = field(default_factory=dict)    # mode -> the engine's Rules (the whole vocabulary, bounded)
-    # derived(name, make) -> arrays: what is derived from the layers at first use (the chunked head, the head's
-    # factor tables), kept by the cache beside its entry (gpu/cache.DerivedStore); None: made every time
+    # derived(name, make) -> arrays: what is derived from the embedding at first use (the chunked head, the
+    # head's factor tables), kept by the cache beside its entry (gpu/cache.DerivedStore); None: made every time
     derived: Callable[[str, Callable[[], dict]], dict] | None = None
+
+    @property
+    def store(self) -> Callable[[str, Callable[[], dict]], dict] | None:
+        """`derived` while it describes this object's embedding (a copy given other rows must not take what
+        was derived from the cache's), else None."""
+        d = self.derived
+        return d if d is not None and getattr(d, "source", None) is self.embed_source else None
 
     @property
     def embed(self) -> np.ndarray:
@@ -112,10 +119,10 @@ class CompiledGpu:
             src = self.embed_source
             bits = src.bits() if isinstance(src, EmbedCsr) else None
             model = circuit_model(self.layers, self.shape, self.embed if bits is None else None, mode, bits,
-                                  head_now=self.derived is None)
-            if self.derived is not None:      # the chunked head (the same in every mode) kept beside the entry
+                                  head_now=self.store is None)
+            if self.store is not None:        # the chunked head (the same in every mode) kept beside the entry
                 width = kernels.chunk_width()
-                arrays = self.derived(f"head.w{width}", lambda: _head_arrays(model))
+                arrays = self.store(f"head.w{width}", lambda: _head_arrays(model))
                 if arrays:
                     model.use_chunked_head(ChunkedBF16.from_arrays(arrays, model.weights.lm_head))
             self.models[mode] = model
@@ -136,9 +143,9 @@ class CompiledGpu:
         if mode not in self.rules or self.rules[mode].engine is not engine:
             stop = np.array([t[0] in ("halt", "fault") for t in self.tokens])
             tables = None
-            if self.derived is not None:      # the head's factor tables (every mode's), kept beside the entry
+            if self.store is not None:        # the head's factor tables (every mode's), kept beside the entry
                 head = engine.model.weights.lm_head
-                tables = tables_from_arrays(self.derived("head_tables", lambda: tables_arrays(
+                tables = tables_from_arrays(self.store("head_tables", lambda: tables_arrays(
                     factor_tables(head, self.tokens))))
             self.rules[mode] = engine.rules([np.arange(len(self.tokens))], np.where(stop, -1, 0), self.tokens,
                                             tables)
@@ -259,6 +266,11 @@ def load_state(cg: CompiledGpu | MergedGpu, model: Model, mode: str, load: list[
     return state, 0
 
 
+def _on_engine(cg: CompiledGpu | MergedGpu, mode: str) -> bool:
+    """Whether launches on cg run on the step engine: the circuit-only model, where the engine applies."""
+    return isinstance(cg, CompiledGpu) and StepEngine.unsupported(cg.model(mode)) is None
+
+
 def run_launch(cg: CompiledGpu | MergedGpu, prompt: list[Token], mode: str = "fp32", max_generated: int = 100000,
                on_token=None, load_len: int = 0, full_vocab: bool = False) -> ModelRun:
     """Prefill the prompt, then decode: each step feeds back the argmax token. on_token(i, token, state) is
@@ -267,8 +279,10 @@ def run_launch(cg: CompiledGpu | MergedGpu, prompt: list[Token], mode: str = "fp
     again. In a merged checkpoint a launch is a sequence of GPU tokens, so the argmax is over the GPU's rows
     of the LM head (a ninth of Qwen's vocabulary: the head's cost drops by as much) unless `full_vocab`,
     where it is over the whole vocabulary and a text token that wins is an error (--check asks for this);
-    the circuit-only model has only GPU tokens, and runs on its step engine (run_engine)."""
-    if isinstance(cg, CompiledGpu):
+    the circuit-only model has only GPU tokens, and runs on its step engine (run_engine) wherever that applies
+    (StepEngine.unsupported: e.g. a head whose rows are not chunk-sparse at this SIMD level's chunk width
+    runs token by token here)."""
+    if _on_engine(cg, mode):
         return run_engine(cg, prompt, mode, max_generated, on_token, load_len, full_vocab)
     model = cg.model(mode)
     subset = None if full_vocab else getattr(cg, "launch_ids", None)
@@ -325,7 +339,7 @@ def run_launches(cg: CompiledGpu | MergedGpu, prompts: list[list[Token]], mode: 
     Model.decode_batch (one pass over the weights for the whole batch). Launch j's tokens and memory are
     exactly run_launch's for prompts[j] alone (the engine's steps and decode_batch's rows are decode's, bit
     for bit)."""
-    if isinstance(cg, CompiledGpu):
+    if _on_engine(cg, mode):
         return _engine_batch(cg, prompts, mode, max_generated, load_lens or [0] * len(prompts))
     model = cg.model(mode)
     subset = getattr(cg, "launch_ids", None)

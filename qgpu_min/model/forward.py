@@ -311,10 +311,10 @@ class Model:
         return self._head_chunks[width]
 
     def use_chunked_head(self, head: kernels.ChunkedBF16) -> None:
-        """Take `head` as chunked_head's result at its width (one made before, e.g. kept in a cache): it must
-        be this model's LM head itself (the same dense bits), else ValueError."""
-        if head.dense is not self.weights.lm_head and not np.array_equal(head.dense, self.weights.lm_head):
-            raise ValueError("the chunked head is not this model's LM head")
+        """Take `head` as chunked_head's result at its width: one made before from this very head (e.g. kept
+        in a cache; the caller vouches for its chunks), over this model's LM head array, else ValueError."""
+        if head.dense is not self.weights.lm_head:
+            raise ValueError("the chunked head is not over this model's LM head")
         self._head_chunks[head.width] = head
 
     def _apply_head(self, w, hidden: np.ndarray) -> np.ndarray:
