@@ -46,8 +46,11 @@ SELL_BODY void sell_product(const qgpu_sell *a, const float *x, float *y) {
         for (int32_t k = a->start[s]; k < a->start[s + 1]; k++, c += QGPU_SELL_LANES, v += QGPU_SELL_LANES)
             for (int r = 0; r < QGPU_SELL_LANES; r++) acc[r] = acc[r] + qgpu_bf16_value(v[r]) * x[c[r]];
         const int32_t *dest = a->dest + s * QGPU_SELL_LANES;
-        for (int r = 0; r < QGPU_SELL_LANES; r++)
-            if (dest[r] >= 0) y[dest[r]] = acc[r];
+        if (a->contig[s])
+            for (int r = 0; r < QGPU_SELL_LANES; r++) y[dest[0] + r] = acc[r];
+        else
+            for (int r = 0; r < QGPU_SELL_LANES; r++)
+                if (dest[r] >= 0) y[dest[r]] = acc[r];
     }
 }
 
@@ -67,9 +70,13 @@ __attribute__((target("avx2"))) static void sell_avx2(const qgpu_sell *a, const 
                 _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)v)), 16));
             acc = _mm256_add_ps(acc, _mm256_mul_ps(wv, xv));
         }
+        const int32_t *dest = a->dest + s * QGPU_SELL_LANES;
+        if (a->contig[s]) { /* eight consecutive rows: one store */
+            _mm256_storeu_ps(y + dest[0], acc);
+            continue;
+        }
         float out[QGPU_SELL_LANES];
         _mm256_storeu_ps(out, acc);
-        const int32_t *dest = a->dest + s * QGPU_SELL_LANES;
         for (int r = 0; r < QGPU_SELL_LANES; r++)
             if (dest[r] >= 0) y[dest[r]] = out[r];
     }

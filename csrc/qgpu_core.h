@@ -158,8 +158,9 @@ void qgpu_decode_layers(size_t n, const qgpu_gdn_layer *const *gdn, const qgpu_m
  * path (qgpu_decode_layers, the head's chunked product) computes, doing only the work whose result is not
  * known in advance. A sparse matrix in slices of QGPU_SELL_LANES rows (SELL): slice s's entries are steps
  * start[s] .. start[s+1], each step one entry per lane (cols, vals: [LANES * steps], 16-bit columns and
- * bf16 weights), padding at column `in` with weight +0; lane r of slice s is output row dest[LANES s + r] (-1: none). y[dest] = the lane's sum in
- * step order from +0; rows of y no lane names are left as they are. */
+ * bf16 weights), padding at column `in` with weight +0; lane r of slice s is output row dest[LANES s + r]
+ * (-1: none); contig[s] = 1 when those rows are dest[LANES s] + 0, 1, ... (stored at once). y[dest] = the
+ * lane's sum in step order from +0; rows of y no lane names are left as they are. */
 enum { QGPU_SELL_LANES = 8 };
 typedef struct {
     size_t slices;
@@ -167,6 +168,7 @@ typedef struct {
     const uint16_t *cols;   /* columns < 65536 */
     const uint16_t *vals;   /* bf16 bits */
     const int32_t *dest;
+    const uint8_t *contig;
 } qgpu_sell;
 void qgpu_sell_matvec(const qgpu_sell *a, const float *x, float *y);
 /* y [d] = sum over the columns j of a CSC matrix [d, m] (ptr [m + 1], rows, vals) with act[j] not +-0, in

@@ -18,7 +18,7 @@ import pytest
 from qgpu_min._core import ffi, lib
 from qgpu_min.model import kernels
 from qgpu_min.model.kernels_ref import SparseBF16
-from qgpu_min.model.step_engine import EngineError, Sell, StepEngine, csc, csc_active_ref
+from qgpu_min.model.step_engine import EngineError, Sell, StepEngine, _set_sell, csc, csc_active_ref
 
 from ccore_fixtures import isa  # noqa: F401  (pytest fixture: each SIMD level the CPU has)
 
@@ -39,23 +39,32 @@ def _random_csr(rng, out: int, n_in: int, density: float) -> SparseBF16:
 
 def _c_sell(s: Sell):
     c = ffi.new("qgpu_sell *")
-    keep = [ffi.from_buffer("int32_t[]", s.start), ffi.from_buffer("uint16_t[]", s.cols),
-            ffi.from_buffer("uint16_t[]", s.vals), ffi.from_buffer("int32_t[]", s.dest)]
-    c.slices = s.slices
-    c.start, c.cols, c.vals, c.dest = keep
+    keep: list = []
+    _set_sell(c, s, keep)
     return c, keep
 
 
-@pytest.mark.parametrize("out, n_in, density", [(37, 50, 0.2), (300, 64, 0.05), (9, 700, 0.5), (16, 8, 0.0)])
-def test_sell_product_equals_the_csr_rows_bit_for_bit(isa, out, n_in, density):
+@pytest.mark.parametrize("out, n_in, density, dest", [(37, 50, 0.2, "permuted"), (300, 64, 0.05, "permuted"),
+                                                      (9, 700, 0.5, "permuted"), (16, 8, 0.0, "permuted"),
+                                                      (300, 64, 0.02, "rows"), (64, 40, 0.0, "rows")])
+def test_sell_product_equals_the_csr_rows_bit_for_bit(isa, out, n_in, density, dest):
+    """dest "rows": each row to its own index, so runs of equal-length rows give slices stored at once
+    (contig); "permuted": rows to scattered outputs, lane by lane."""
     rng = np.random.default_rng(out)
     w = _random_csr(rng, out, n_in, density)
+    if dest == "rows":           # the first half of the rows one entry each: runs of equal lengths
+        bits = np.zeros((out, n_in), np.uint16)
+        bits[out // 2:] = _random_csr(rng, out - out // 2, n_in, density).to_dense()
+        bits[np.arange(out // 2), rng.integers(n_in, size=out // 2)] = 0x3FC0       # 1.5
+        w = SparseBF16.from_dense(bits)
     x = np.append(rng.standard_normal(n_in).astype(np.float32) * 100, np.float32(0))   # x[in]: the padding's +0
     x[: n_in // 5] = 0.0
     x[n_in // 5: n_in // 4] = -0.0
-    rows = np.flatnonzero(rng.random(out) < 0.7)
-    dest = rng.permutation(out)[: rows.size]
+    rows = np.flatnonzero(rng.random(out) < 0.7) if dest == "permuted" else np.arange(out)
+    dest = rng.permutation(out)[: rows.size] if dest == "permuted" else rows
     s = Sell.of(w, rows, dest)
+    if dest is rows:
+        assert s.contig.sum() > 0
     want = np.full(out, np.float32(7.0))
     want[dest] = kernels.sparse_matvec(w, x[:n_in])[rows]
     got = np.full(out, np.float32(7.0))      # rows no lane names are left as they are

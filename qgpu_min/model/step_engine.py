@@ -43,11 +43,12 @@ class EngineError(Exception):
 class Sell:
     """A CSR matrix's rows `rows` in slices of LANES (qgpu_sell): longest rows first, each slice padded to
     its longest row with weight +0 at column `pad` (where the input holds +0); dest: each lane's output
-    index (-1 for the padding lanes)."""
+    index (-1 for the padding lanes); contig: per slice, 1 when its lanes' outputs are consecutive rows."""
     start: np.ndarray    # int32 [slices + 1], in steps
     cols: np.ndarray     # uint16 [LANES * steps]
     vals: np.ndarray     # uint16 [LANES * steps]: bf16 bits
     dest: np.ndarray     # int32 [LANES * slices]
+    contig: np.ndarray   # uint8 [slices]
 
     @property
     def slices(self) -> int:
@@ -84,7 +85,9 @@ class Sell:
             vals[at] = w.values[first + e]
         lane_dest = np.full(n_slices * LANES, -1, np.int64)
         lane_dest[:rows.shape[0]] = dest
-        return cls(start.astype(np.int32), cols, vals, lane_dest.astype(np.int32))
+        by_slice = lane_dest.reshape(n_slices, LANES)
+        contig = ((by_slice >= 0).all(axis=1) & (np.diff(by_slice, axis=1) == 1).all(axis=1)).astype(np.uint8)
+        return cls(start.astype(np.int32), cols, vals, lane_dest.astype(np.int32), contig)
 
     def matvec(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """The NumPy reference of qgpu_sell_matvec: y[dest] = each lane's sum in step order from +0 (x has the
@@ -196,9 +199,10 @@ def set_head_rows(c, head: kernels.ChunkedBF16, ids: np.ndarray, keep: list) -> 
 
 def _set_sell(c, s: Sell, keep: list) -> None:
     bufs = [ffi.from_buffer("int32_t[]", s.start), ffi.from_buffer("uint16_t[]", s.cols),
-            ffi.from_buffer("uint16_t[]", s.vals), ffi.from_buffer("int32_t[]", s.dest)]
+            ffi.from_buffer("uint16_t[]", s.vals), ffi.from_buffer("int32_t[]", s.dest),
+            ffi.from_buffer("uint8_t[]", np.append(s.contig, np.uint8(0)))]
     c.slices = s.slices
-    c.start, c.cols, c.vals, c.dest = bufs
+    c.start, c.cols, c.vals, c.dest, c.contig = bufs
     keep.extend((s, *bufs))
 
 
