@@ -219,5 +219,10 @@ def read_rows_ref(r: Readout, recurrent: dict, rows: np.ndarray | range | None =
 
 def row_words(rows: np.ndarray) -> list[int]:
     """Memory rows of one-bit fields [rows, bits], LSB first (memory_rows of a word memory), as unsigned words."""
+    return row_word_array(rows).tolist()
+
+
+def row_word_array(rows: np.ndarray) -> np.ndarray:
+    """row_words as an int64 array."""
     rows = np.asarray(rows, np.int64)
-    return [int(w) for w in (rows << np.arange(rows.shape[1], dtype=np.int64)).sum(axis=1)]
+    return (rows << np.arange(rows.shape[1], dtype=np.int64)).sum(axis=1)

@@ -38,8 +38,10 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Iterator
 
+import numpy as np
+
 from ..circuit.ir import MemOp
-from ..circuit.run import read_rows, readout, row_words
+from ..circuit.run import read_rows, readout, row_word_array, row_words
 from ..errors import QgpuError
 from ..machine import interp
 from ..machine.interp import MemoryFault, StepRecord
@@ -322,9 +324,11 @@ class Checker:
                                  f"expected {want[r]:#010x}, found {found:#010x} in the model's state", i)
 
     def _check_memory(self, i: int, state, rec: StepRecord) -> None:
-        words = row_words(read_rows(self.data, state.recurrent))
-        for a, found in enumerate(words):
-            if found != rec.memory[a]:
-                raise CheckError(f"generated token {i}: after step {rec.step} (CTA {rec.cta}, warp {rec.warp}, "
-                                 f"block B{rec.block}): memory word {a} (address {4 * a:#x}) expected "
-                                 f"{rec.memory[a]:#010x}, found {found:#010x} in the model's state", i)
+        words = row_word_array(read_rows(self.data, state.recurrent))
+        differ = np.flatnonzero(words != np.asarray(rec.memory[:words.size], np.int64))
+        if differ.size:
+            a = int(differ[0])
+            found = int(words[a])
+            raise CheckError(f"generated token {i}: after step {rec.step} (CTA {rec.cta}, warp {rec.warp}, "
+                             f"block B{rec.block}): memory word {a} (address {4 * a:#x}) expected "
+                             f"{rec.memory[a]:#010x}, found {found:#010x} in the model's state", i)
