@@ -4,11 +4,12 @@
  * per-token path it replaces; tests/test_step_engine.py), doing only the work whose result is not known in
  * advance:
  *
- * - Sparse products run as SELL-8 (qgpu_sell): rows in slices of 8, one lane per row, each lane summing its
+ * - Sparse products run as SELL-8 (sell.c): rows in slices of 8, one lane per row, each lane summing its
  *   row's entries in their CSR order from +0, as sparse.c's rows_span does (mul, then add: -ffp-contract=off),
- *   so the same bits; 8 independent chains instead of one (the CSR loop waits on each add). Padding entries
- *   are weight +0 at column `in`, where the input holds +0: +0 * +0 = +0, and an acc + +0 is acc (acc starts
- *   at +0 and a round-to-nearest sum is -0 only when both terms are).
+ *   so the same bits; 8 independent chains instead of one (the CSR loop waits on each add).
+ * - Several tokens can go through a layer together (qgpu_circuit_layers_batch: the prompt's tokens on one
+ *   state, or several sequences in lockstep): the products then read each weight once for all of them
+ *   (qgpu_sell_batch), and everything else runs token by token in order, so each token keeps its bits.
  * - Only the mixer's active channels (a nonzero row of in_proj_qkv) are projected, convolved and passed
  *   through SiLU. Every other channel's projection is +0 on every token, so its conv state stays +0 (checked
  *   when a state is bound) and its conv output and activation are constants, computed once by the same
@@ -29,97 +30,6 @@
 
 #include "qgpu_core.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define SELL_BUILDS 1
-#else
-#define SELL_BUILDS 0
-#endif
-
-#define SELL_BODY static inline __attribute__((always_inline))
-
-SELL_BODY void sell_product(const qgpu_sell *a, const float *x, float *y) {
-    for (size_t s = 0; s < a->slices; s++) {
-        float acc[QGPU_SELL_LANES];
-        for (int r = 0; r < QGPU_SELL_LANES; r++) acc[r] = 0.0f;
-        const uint16_t *c = a->cols + (size_t)a->start[s] * QGPU_SELL_LANES;
-        const uint16_t *v = a->vals + (size_t)a->start[s] * QGPU_SELL_LANES;
-        for (int32_t k = a->start[s]; k < a->start[s + 1]; k++, c += QGPU_SELL_LANES, v += QGPU_SELL_LANES)
-            for (int r = 0; r < QGPU_SELL_LANES; r++) acc[r] = acc[r] + qgpu_bf16_value(v[r]) * x[c[r]];
-        const int32_t *dest = a->dest + s * QGPU_SELL_LANES;
-        if (a->contig[s])
-            for (int r = 0; r < QGPU_SELL_LANES; r++) y[dest[0] + r] = acc[r];
-        else
-            for (int r = 0; r < QGPU_SELL_LANES; r++)
-                if (dest[r] >= 0) y[dest[r]] = acc[r];
-    }
-}
-
-static void sell_plain(const qgpu_sell *a, const float *x, float *y) { sell_product(a, x, y); }
-#if SELL_BUILDS
-#include <immintrin.h>
-/* The same sums, one vector lane per row: gather, multiply, add (no FMA: the plain code's two roundings). */
-__attribute__((target("avx2"))) static void sell_avx2(const qgpu_sell *a, const float *x, float *y) {
-    for (size_t s = 0; s < a->slices; s++) {
-        __m256 acc = _mm256_setzero_ps();
-        const uint16_t *c = a->cols + (size_t)a->start[s] * QGPU_SELL_LANES;
-        const uint16_t *v = a->vals + (size_t)a->start[s] * QGPU_SELL_LANES;
-        for (int32_t k = a->start[s]; k < a->start[s + 1]; k++, c += QGPU_SELL_LANES, v += QGPU_SELL_LANES) {
-            __m256i idx = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)c));
-            __m256 xv = _mm256_i32gather_ps(x, idx, 4);
-            __m256 wv = _mm256_castsi256_ps(_mm256_slli_epi32(
-                _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)v)), 16));
-            acc = _mm256_add_ps(acc, _mm256_mul_ps(wv, xv));
-        }
-        const int32_t *dest = a->dest + s * QGPU_SELL_LANES;
-        if (a->contig[s]) { /* eight consecutive rows: one store */
-            _mm256_storeu_ps(y + dest[0], acc);
-            continue;
-        }
-        float out[QGPU_SELL_LANES];
-        _mm256_storeu_ps(out, acc);
-        for (int r = 0; r < QGPU_SELL_LANES; r++)
-            if (dest[r] >= 0) y[dest[r]] = out[r];
-    }
-}
-#endif
-
-void qgpu_sell_matvec(const qgpu_sell *a, const float *x, float *y) {
-#if SELL_BUILDS
-    if (qgpu_get_isa() >= 1) { /* AVX2, and the AVX-512 levels (which have it) */
-        sell_avx2(a, x, y);
-        return;
-    }
-#endif
-    sell_plain(a, x, y);
-}
-
-/* y [d] += the columns j = idx[0..n) (increasing) of a CSC matrix, times act[j] (y holds +0 where no such
- * column has an entry, as an empty CSR row sums to). */
-static void csc_columns(const int32_t *idx, size_t n, const int64_t *ptr, const int32_t *rows, const float *vals,
-                        const float *act, float *y) {
-    for (size_t i = 0; i < n; i++) {
-        size_t j = (size_t)idx[i];
-        float a = act[j];
-        for (int64_t e = ptr[j]; e < ptr[j + 1]; e++) y[rows[e]] = y[rows[e]] + vals[e] * a;
-    }
-}
-
-/* The positions of act's values that are not +-0, increasing, into idx; returns how many. */
-static size_t nonzero_at(const float *act, size_t m, int32_t *idx) {
-    size_t n = 0;
-    for (size_t j = 0; j < m; j++) {
-        idx[n] = (int32_t)j;
-        n += (qgpu_float_bits(act[j]) & 0x7FFFFFFFu) != 0;
-    }
-    return n;
-}
-
-void qgpu_csc_active(size_t m, size_t d, const int64_t *ptr, const int32_t *rows, const float *vals,
-                     const float *act, float *y, int32_t *idx) {
-    memset(y, 0, d * sizeof *y);
-    csc_columns(idx, nonzero_at(act, m, idx), ptr, rows, vals, act, y);
-}
-
 static void round_at(float *x, const int32_t *idx, size_t n) {
     for (size_t i = 0; i < n; i++) x[idx[i]] = qgpu_bf16_round(x[idx[i]]);
 }
@@ -130,29 +40,82 @@ static void round_at(float *x, const int32_t *idx, size_t n) {
  * units' positions (int32 [m]). */
 size_t qgpu_cmlp_ws(const qgpu_cmlp *L) { return 3 * L->d + 1 + 5 * L->m; }
 
-static void cmlp_step(const qgpu_cmlp *L, const float *h, int add_zero, float *ws, float *h_out) {
+typedef struct {
+    float *h_mid, *u, *g, *p, *s, *act, *y;
+    int32_t *idx;
+} mlp_ws;
+
+static mlp_ws mlp_parts(const qgpu_cmlp *L, float *ws) {
+    mlp_ws w;
+    w.h_mid = ws;
+    w.u = w.h_mid + L->d;
+    w.g = w.u + L->d + 1;
+    w.p = w.g + L->m;
+    w.s = w.p + L->m;
+    w.act = w.s + L->m;
+    w.y = w.act + L->m;
+    w.idx = (int32_t *)(void *)(w.y + L->d);
+    return w;
+}
+
+/* The MLP in three parts: the input norm (u), the gate and up products (g, p: one token's or a batch's), and
+ * from them the down product and the residual. */
+static void mlp_in(const qgpu_cmlp *L, const float *h, int add_zero, mlp_ws w) {
+    size_t d = L->d;
+    for (size_t i = 0; i < d; i++) w.h_mid[i] = add_zero ? h[i] + 0.0f : h[i];
+    if (add_zero && L->bf16) qgpu_round_bf16(w.h_mid, d);
+    qgpu_rmsnorm(w.h_mid, 1, d, L->w, L->eps, 1, w.u);
+    if (L->bf16) qgpu_round_bf16(w.u, d);
+    w.u[d] = 0.0f;
+}
+
+static void mlp_out(const qgpu_cmlp *L, mlp_ws w, float *h_out) {
     size_t d = L->d, m = L->m;
     int bf16 = L->bf16;
-    float *h_mid = ws, *u = h_mid + d, *g = u + d + 1, *p = g + m, *s = p + m, *act = s + m, *y = act + m;
-    int32_t *idx = (int32_t *)(void *)(y + d);
-    for (size_t i = 0; i < d; i++) h_mid[i] = add_zero ? h[i] + 0.0f : h[i];
-    if (add_zero && bf16) qgpu_round_bf16(h_mid, d);
-    qgpu_rmsnorm(h_mid, 1, d, L->w, L->eps, 1, u);
-    if (bf16) qgpu_round_bf16(u, d);
-    u[d] = 0.0f;
     if (m) {
-        qgpu_sell_matvec(&L->gate, u, g);
-        qgpu_sell_matvec(&L->up, u, p);
         if (bf16) {
-            qgpu_round_bf16(g, m);
-            qgpu_round_bf16(p, m);
+            qgpu_round_bf16(w.g, m);
+            qgpu_round_bf16(w.p, m);
         }
-        qgpu_silu(g, m, s);
-        for (size_t j = 0; j < m; j++) act[j] = bf16 ? qgpu_bf16_round(qgpu_bf16_round(s[j]) * p[j]) : s[j] * p[j];
+        qgpu_silu(w.g, m, w.s);
+        for (size_t j = 0; j < m; j++)
+            w.act[j] = bf16 ? qgpu_bf16_round(qgpu_bf16_round(w.s[j]) * w.p[j]) : w.s[j] * w.p[j];
     }
-    qgpu_csc_active(m, d, L->down_ptr, L->down_rows, L->down_vals, act, y, idx);
-    if (bf16) qgpu_round_bf16(y, d);
-    for (size_t i = 0; i < d; i++) h_out[i] = bf16 ? qgpu_bf16_round(h_mid[i] + y[i]) : h_mid[i] + y[i];
+    qgpu_csc_active(m, d, L->down_ptr, L->down_rows, L->down_vals, w.act, w.y, w.idx);
+    if (bf16) qgpu_round_bf16(w.y, d);
+    for (size_t i = 0; i < d; i++) h_out[i] = bf16 ? qgpu_bf16_round(w.h_mid[i] + w.y[i]) : w.h_mid[i] + w.y[i];
+}
+
+static void cmlp_step(const qgpu_cmlp *L, const float *h, int add_zero, float *ws, float *h_out) {
+    mlp_ws w = mlp_parts(L, ws);
+    mlp_in(L, h, add_zero, w);
+    if (L->m) {
+        qgpu_sell_matvec(&L->gate, w.u, w.g);
+        qgpu_sell_matvec(&L->up, w.u, w.p);
+    }
+    mlp_out(L, w, h_out);
+}
+
+/* nb <= QGPU_BATCH tokens' MLPs (each its own h, add_zero, workspace and h_out); xt: the transposed inputs'
+ * room, (d + 1) QGPU_BATCH floats. */
+static void cmlp_batch(const qgpu_cmlp *L, size_t nb, const float *const *h, const int *add_zero, float *const *ws,
+                       float *const *h_out, float *xt) {
+    mlp_ws w[QGPU_BATCH];
+    const float *u[QGPU_BATCH];
+    float *g[QGPU_BATCH], *p[QGPU_BATCH];
+    for (size_t b = 0; b < nb; b++) {
+        w[b] = mlp_parts(L, ws[b]);
+        mlp_in(L, h[b], add_zero[b], w[b]);
+        u[b] = w[b].u;
+        g[b] = w[b].g;
+        p[b] = w[b].p;
+    }
+    if (L->m) {
+        qgpu_transpose_batch(u, nb, L->u_cols, L->n_u_cols, L->d, xt);
+        qgpu_sell_batch(&L->gate, xt, nb, g);
+        qgpu_sell_batch(&L->up, xt, nb, p);
+    }
+    for (size_t b = 0; b < nb; b++) mlp_out(L, w[b], h_out[b]);
 }
 
 /* ---- the DeltaNet mixer ----------------------------------------------------------------------------- */
@@ -274,19 +237,19 @@ int qgpu_cgdn_state_ok(const qgpu_cgdn *L, const float *conv_state) {
     return 1;
 }
 
-static void cgdn_step(const qgpu_cgdn *L, const float *h, float *conv_state, float *S, int32_t *clean, float *ws,
-                      float *h_out) {
-    size_t d = L->d, nk = L->nk, dk = L->dk, nv = L->nv, dv = L->dv;
+/* The mixer in three parts, as the MLP's: the input norm (u); from the four input products (mixed, z, b, a)
+ * the conv, the gates, the delta rule on this token's state and the gated norm (tmp); from the output product
+ * (y) the residual. */
+static void gdn_in(const qgpu_cgdn *L, const float *h, gdn_ws w) {
+    qgpu_rmsnorm(h, 1, L->d, L->in_norm, L->eps, 1, w.u);
+    if (L->bf16) qgpu_round_bf16(w.u, L->d);
+    w.u[L->d] = 0.0f;
+}
+
+static void gdn_mid(const qgpu_cgdn *L, float *conv_state, float *S, int32_t *clean, gdn_ws w) {
+    size_t nk = L->nk, dk = L->dk, nv = L->nv, dv = L->dv;
     size_t kd = nk * dk, na = L->n_active;
     int bf16 = L->bf16;
-    gdn_ws w = gdn_parts(L, ws);
-    qgpu_rmsnorm(h, 1, d, L->in_norm, L->eps, 1, w.u);
-    if (bf16) qgpu_round_bf16(w.u, d);
-    w.u[d] = 0.0f;
-    qgpu_sell_matvec(&L->qkv, w.u, w.mixed);
-    qgpu_sell_matvec(&L->z, w.u, w.z);
-    qgpu_sell_matvec(&L->b, w.u, w.b);
-    qgpu_sell_matvec(&L->a, w.u, w.a);
     if (bf16) {
         round_at(w.mixed, L->active, na);
         round_at(w.z, L->z_rows, L->n_z_rows);
@@ -350,9 +313,56 @@ static void cgdn_step(const qgpu_cgdn *L, const float *h, float *conv_state, flo
             qgpu_gated_rmsnorm(o, z, 1, dv, L->norm_w, L->eps, t);
         }
     }
+}
+
+static void gdn_out(const qgpu_cgdn *L, const float *h, gdn_ws w, float *h_out) {
+    if (L->bf16) round_at(w.y, L->out_rows, L->n_out_rows);
+    for (size_t i = 0; i < L->d; i++) h_out[i] = L->bf16 ? qgpu_bf16_round(h[i] + w.y[i]) : h[i] + w.y[i];
+}
+
+static void cgdn_step(const qgpu_cgdn *L, const float *h, float *conv_state, float *S, int32_t *clean, float *ws,
+                      float *h_out) {
+    gdn_ws w = gdn_parts(L, ws);
+    gdn_in(L, h, w);
+    qgpu_sell_matvec(&L->qkv, w.u, w.mixed);
+    qgpu_sell_matvec(&L->z, w.u, w.z);
+    qgpu_sell_matvec(&L->b, w.u, w.b);
+    qgpu_sell_matvec(&L->a, w.u, w.a);
+    gdn_mid(L, conv_state, S, clean, w);
     qgpu_sell_matvec(&L->out, w.tmp, w.y);
-    if (bf16) round_at(w.y, L->out_rows, L->n_out_rows);
-    for (size_t i = 0; i < d; i++) h_out[i] = bf16 ? qgpu_bf16_round(h[i] + w.y[i]) : h[i] + w.y[i];
+    gdn_out(L, h, w, h_out);
+}
+
+/* nb <= QGPU_BATCH tokens' mixers: token b on the state (conv[b], S[b], clean[b]), in the order b = 0, 1, ...
+ * (tokens of one sequence may share a state: each then sees the one before it); xt: (max(d, nv dv) + 1)
+ * QGPU_BATCH floats. */
+static void cgdn_batch(const qgpu_cgdn *L, size_t nb, const float *const *h, float *const *conv, float *const *S,
+                       int32_t *const *clean, float *const *ws, float *const *h_out, float *xt) {
+    gdn_ws w[QGPU_BATCH];
+    const float *in[QGPU_BATCH];
+    float *mixed[QGPU_BATCH], *z[QGPU_BATCH], *bb[QGPU_BATCH], *a[QGPU_BATCH], *y[QGPU_BATCH];
+    for (size_t b = 0; b < nb; b++) {
+        w[b] = gdn_parts(L, ws[b]);
+        gdn_in(L, h[b], w[b]);
+        in[b] = w[b].u;
+        mixed[b] = w[b].mixed;
+        z[b] = w[b].z;
+        bb[b] = w[b].b;
+        a[b] = w[b].a;
+        y[b] = w[b].y;
+    }
+    qgpu_transpose_batch(in, nb, L->u_cols, L->n_u_cols, L->d, xt);
+    qgpu_sell_batch(&L->qkv, xt, nb, mixed);
+    qgpu_sell_batch(&L->z, xt, nb, z);
+    qgpu_sell_batch(&L->b, xt, nb, bb);
+    qgpu_sell_batch(&L->a, xt, nb, a);
+    for (size_t b = 0; b < nb; b++) {
+        gdn_mid(L, conv[b], S[b], clean[b], w[b]);
+        in[b] = w[b].tmp;
+    }
+    qgpu_transpose_batch(in, nb, L->t_cols, L->n_t_cols, L->nv * L->dv, xt);
+    qgpu_sell_batch(&L->out, xt, nb, y);
+    for (size_t b = 0; b < nb; b++) gdn_out(L, h[b], w[b], h_out[b]);
 }
 
 /* ---- a token through the stack, the head, the decode loop ------------------------------------------- */
@@ -367,6 +377,40 @@ void qgpu_circuit_layers(const qgpu_circuit *C, const qgpu_circuit_state *st, fl
         }
         cmlp_step(C->mlp[i], skip ? h : tmp, skip, ws[2 * i + 1], h);
     }
+}
+
+void qgpu_circuit_layers_batch(const qgpu_circuit *C, const qgpu_circuit_state *const *st, size_t nb,
+                               float *const *h, float *const *const *ws, float *const *tmp, float *xt) {
+    for (size_t i = 0; i < C->n; i++) {
+        int skip[QGPU_BATCH];
+        const float *rh[QGPU_BATCH], *mh[QGPU_BATCH];
+        float *rconv[QGPU_BATCH], *rS[QGPU_BATCH], *rws[QGPU_BATCH], *rtmp[QGPU_BATCH], *mws[QGPU_BATCH];
+        int32_t *rclean[QGPU_BATCH];
+        size_t nr = 0;
+        for (size_t b = 0; b < nb; b++) skip[b] = C->silent[i] && st[b]->zero[i]; /* all before any is cleared */
+        for (size_t b = 0; b < nb; b++) {
+            mh[b] = skip[b] ? h[b] : tmp[b];
+            mws[b] = ws[b][2 * i + 1];
+            if (skip[b]) continue;
+            st[b]->zero[i] = 0;
+            rh[nr] = h[b];
+            rconv[nr] = st[b]->conv[i];
+            rS[nr] = st[b]->S[i];
+            rclean[nr] = st[b]->clean[i];
+            rws[nr] = ws[b][2 * i];
+            rtmp[nr] = tmp[b];
+            nr++;
+        }
+        if (nr) cgdn_batch(C->gdn[i], nr, rh, rconv, rS, rclean, rws, rtmp, xt);
+        cmlp_batch(C->mlp[i], nb, mh, skip, mws, h, xt);
+    }
+}
+
+size_t qgpu_circuit_xt(const qgpu_circuit *C) {
+    size_t n = C->d;
+    for (size_t i = 0; i < C->n; i++)
+        if (C->gdn[i]->nv * C->gdn[i]->dv > n) n = C->gdn[i]->nv * C->gdn[i]->dv;
+    return (n + 1) * QGPU_BATCH;
 }
 
 /* The argmax of the set's logits for the final-normed hidden x: the first maximum (a NaN, if any, is the
@@ -519,6 +563,28 @@ void qgpu_circuit_prefill(const qgpu_circuit *C, const qgpu_circuit_state *st, c
     qgpu_circuit_final(C, h, x);
 }
 
+void qgpu_circuit_prefill_batch(const qgpu_circuit *C, const qgpu_circuit_state *st, const int64_t *ids, size_t n,
+                                float *const *const *ws, size_t lanes, float *scratch) {
+    size_t d = C->d;
+    float *h[QGPU_BATCH], *tmp[QGPU_BATCH];
+    const qgpu_circuit_state *sts[QGPU_BATCH];
+    float *x = scratch + 2 * lanes * d, *xt = x + d;
+    if (lanes > QGPU_BATCH) lanes = QGPU_BATCH;
+    for (size_t b = 0; b < lanes; b++) {
+        h[b] = scratch + b * d;
+        tmp[b] = scratch + (lanes + b) * d;
+        sts[b] = st;
+    }
+    size_t last = 0;
+    for (size_t i = 0; i < n; i += lanes) {
+        size_t nb = n - i < lanes ? n - i : lanes;
+        for (size_t b = 0; b < nb; b++) qgpu_circuit_embed(C, ids[i + b], h[b]);
+        qgpu_circuit_layers_batch(C, sts, nb, h, ws, tmp, xt);
+        last = nb - 1;
+    }
+    if (n) qgpu_circuit_final(C, h[last], x);
+}
+
 /* Floats of logits the decode loop needs (the largest set's rows, and the bounded argmax's whole head). */
 size_t qgpu_circuit_logits(const qgpu_circuit *C) {
     size_t n = C->bound ? C->bound->whole.rows : 0;
@@ -551,4 +617,68 @@ int64_t qgpu_circuit_decode(const qgpu_circuit *C, const qgpu_circuit_state *st,
         token = next;
     }
     return (int64_t)n;
+}
+
+size_t qgpu_circuit_decode_batch_scratch(const qgpu_circuit *C) {
+    size_t n = 3 * QGPU_BATCH * C->d + qgpu_circuit_xt(C) + qgpu_circuit_logits(C);
+    if (C->bound) n += 2 * (5 * C->bound->n_kinds + C->bound->n_cols + 16 * C->bound->n_kinds + 1);
+    return n;
+}
+
+int64_t qgpu_circuit_decode_batch(const qgpu_circuit *C, const qgpu_circuit_state *const *st, size_t nb,
+                                  const int64_t *token, float *const *const *ws, float *scratch, int64_t *const *out,
+                                  const int64_t *max_tokens, int64_t *count) {
+    size_t d = C->d;
+    float *h[QGPU_BATCH], *tmp[QGPU_BATCH], *x[QGPU_BATCH];
+    float *xt = scratch + 3 * QGPU_BATCH * d, *logits = xt + qgpu_circuit_xt(C);
+    double *bound_work = C->bound ? (double *)(void *)(logits + qgpu_circuit_logits(C)) : NULL;
+    int64_t tok[QGPU_BATCH];
+    size_t lane[QGPU_BATCH], na = 0;
+    if (nb > QGPU_BATCH) return -1;
+    for (size_t b = 0; b < nb; b++) {
+        h[b] = scratch + b * d;
+        tmp[b] = scratch + (QGPU_BATCH + b) * d;
+        x[b] = scratch + (2 * QGPU_BATCH + b) * d;
+        count[b] = 0;
+        tok[b] = token[b];
+        lane[na++] = b;
+    }
+    int64_t steps = 0;
+    while (na) {
+        size_t k = 0; /* the sequences that go on: below their limit, after a token that is not a stop token */
+        for (size_t i = 0; i < na; i++)
+            if (count[lane[i]] < max_tokens[lane[i]] && C->next_set[tok[lane[i]]] >= 0) lane[k++] = lane[i];
+        na = k;
+        if (!na) break;
+        const qgpu_circuit_state *s[QGPU_BATCH];
+        float *hh[QGPU_BATCH], *tt[QGPU_BATCH];
+        for (size_t i = 0; i < na; i++) {
+            size_t b = lane[i];
+            qgpu_circuit_embed(C, tok[b], h[b]);
+            s[i] = st[b];
+            hh[i] = h[b];
+            tt[i] = tmp[b];
+        }
+        qgpu_circuit_layers_batch(C, s, na, hh, ws, tt, xt);
+        steps++;
+        k = 0;
+        for (size_t i = 0; i < na; i++) {
+            size_t b = lane[i];
+            int32_t set = C->next_set[tok[b]];
+            qgpu_circuit_final(C, h[b], x[b]);
+            int proved;
+            int64_t next = C->bound && set == 0
+                               ? qgpu_head_bound_argmax(C->bound, x[b], C->bf16, bound_work, logits, &proved)
+                               : qgpu_head_argmax(&C->sets[set], x[b], C->bf16, logits);
+            if (next < 0) { /* a non-finite hidden: this sequence stops here, its x kept for the caller */
+                count[b] = -count[b] - 1;
+                continue;
+            }
+            out[b][count[b]++] = next;
+            tok[b] = next;
+            lane[k++] = b;
+        }
+        na = k;
+    }
+    return steps;
 }

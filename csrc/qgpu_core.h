@@ -161,7 +161,7 @@ void qgpu_decode_layers(size_t n, const qgpu_gdn_layer *const *gdn, const qgpu_m
  * bf16 weights), padding at column `in` with weight +0; lane r of slice s is output row dest[LANES s + r]
  * (-1: none); contig[s] = 1 when those rows are dest[LANES s] + 0, 1, ... (stored at once). y[dest] = the
  * lane's sum in step order from +0; rows of y no lane names are left as they are. */
-enum { QGPU_SELL_LANES = 8 };
+enum { QGPU_SELL_LANES = 8, QGPU_BATCH = 8 };
 typedef struct {
     size_t slices;
     const int32_t *start;
@@ -171,6 +171,13 @@ typedef struct {
     const uint8_t *contig;
 } qgpu_sell;
 void qgpu_sell_matvec(const qgpu_sell *a, const float *x, float *y);
+/* The same product for nb <= QGPU_BATCH inputs at once (sell.c): xt [(in + 1) * QGPU_BATCH] holds them
+ * transposed (qgpu_transpose_batch: xt[c * QGPU_BATCH + b] = x[b][c] for the columns c the matrix reads,
+ * +0 for b >= nb and in the padding row `pad`; the other rows are not read); y[b][dest] gets what
+ * qgpu_sell_matvec gives input b, bit for bit. */
+void qgpu_sell_batch(const qgpu_sell *a, const float *xt, size_t nb, float *const *y);
+void qgpu_transpose_batch(const float *const *x, size_t nb, const int32_t *cols, size_t n_cols, size_t pad,
+                          float *xt);
 /* y [d] = sum over the columns j of a CSC matrix [d, m] (ptr [m + 1], rows, vals) with act[j] not +-0, in
  * increasing j, from +0 (an empty row's CSR sum); idx: int32 [m] of workspace. */
 void qgpu_csc_active(size_t m, size_t d, const int64_t *ptr, const int32_t *rows, const float *vals,
@@ -186,6 +193,8 @@ typedef struct {
     const int64_t *down_ptr;
     const int32_t *down_rows;
     const float *down_vals;
+    size_t n_u_cols;
+    const int32_t *u_cols;  /* the columns of u that gate or up reads, ascending */
 } qgpu_cmlp;
 /* A CSR DeltaNet mixer: qkv over its active channels (the nonzero rows, ascending; SELL dest = channel;
  * runs: the runs of consecutive active channels as [start, end) pairs, where the conv and SiLU run), z
@@ -203,6 +212,8 @@ typedef struct {
     const float *conv_w, *a_log, *dt_bias;
     float q_div;
     const float *norm_w;
+    size_t n_u_cols, n_t_cols;
+    const int32_t *u_cols, *t_cols;  /* the columns of u that qkv, z, b or a reads; of the gated norm's out */
 } qgpu_cgdn;
 /* Workspace floats of a layer's MLP / mixer; a mixer's workspace holds its idle channels' constants, set by
  * qgpu_cgdn_ws_init (0: out of memory); qgpu_cgdn_state_ok: a conv state is +0 on every idle channel. */
@@ -276,6 +287,27 @@ int64_t qgpu_head_argmax(const qgpu_head_set *set, const float *x, int bf16, flo
 void qgpu_circuit_prefill(const qgpu_circuit *c, const qgpu_circuit_state *st, const int64_t *ids, size_t n,
                           float *const *ws, float *scratch);
 size_t qgpu_circuit_logits(const qgpu_circuit *c);
+/* qgpu_circuit_decode for nb <= QGPU_BATCH sequences in lockstep, each on its own state st[b] from token[b]:
+ * every step takes the sequences still going through the layers together (qgpu_circuit_layers_batch), so
+ * sequence b's ids out[b] and count[b] are what qgpu_circuit_decode would write and return for it alone
+ * (max_tokens[b] its limit; a non-finite hidden: count[b] = -(n + 1), that step's x at scratch + (2 QGPU_BATCH
+ * + b) d). ws[0 .. nb): workspaces; scratch: qgpu_circuit_decode_batch_scratch floats. Returns the steps
+ * taken (-1: nb too large). */
+size_t qgpu_circuit_decode_batch_scratch(const qgpu_circuit *c);
+int64_t qgpu_circuit_decode_batch(const qgpu_circuit *c, const qgpu_circuit_state *const *st, size_t nb,
+                                  const int64_t *token, float *const *const *ws, float *scratch, int64_t *const *out,
+                                  const int64_t *max_tokens, int64_t *count);
+/* nb <= QGPU_BATCH tokens through every layer at once, each its own hidden h[b] (in place) on its own state
+ * st[b]; tokens of one sequence may share a state (they run in the order b = 0, 1, ...). ws[b]: token b's
+ * per-layer workspaces (as qgpu_circuit_layers'), tmp[b] [d]; xt: qgpu_circuit_xt floats. Each token's
+ * values are qgpu_circuit_layers' bits. */
+void qgpu_circuit_layers_batch(const qgpu_circuit *c, const qgpu_circuit_state *const *st, size_t nb,
+                               float *const *h, float *const *const *ws, float *const *tmp, float *xt);
+size_t qgpu_circuit_xt(const qgpu_circuit *c);
+/* qgpu_circuit_prefill with `lanes` (<= QGPU_BATCH) tokens a batch, ws[0 .. lanes) workspaces; x = scratch +
+ * 2 lanes d gets the last token's final-normed hidden. scratch: (2 lanes + 1) d + qgpu_circuit_xt floats. */
+void qgpu_circuit_prefill_batch(const qgpu_circuit *c, const qgpu_circuit_state *st, const int64_t *ids, size_t n,
+                                float *const *const *ws, size_t lanes, float *scratch);
 int64_t qgpu_circuit_decode(const qgpu_circuit *c, const qgpu_circuit_state *st, int64_t token, float *const *ws,
                             float *scratch, int64_t *out, size_t max_tokens);
 /* A memory's rows [n_rows] from a DeltaNet state S [heads, dk, dv] (readout.c): out [n_rows, n_fields] the

@@ -354,3 +354,80 @@ def test_decode_in_chunks_is_the_same_run(gpu, monkeypatch):
         state = model.new_state()
         first = engine.first(state, prompt, rules)
         assert [first] + engine.decode(state, first, rules, limit) == runs[0][0][:limit + 1]
+
+
+# ---- several tokens a call: the batched product, prefill and lockstep decode -------------------------
+
+@pytest.mark.parametrize("nb", [1, 3, 8])
+def test_batched_sell_product_gives_each_input_its_own_bits(isa, nb):
+    """qgpu_sell_batch over nb transposed inputs: input b's outputs are qgpu_sell_matvec's for it alone (and
+    the reference's, Sell.matvec per input), for scattered and consecutive output rows."""
+    rng = np.random.default_rng(nb)
+    out, n_in = 300, 90
+    w = _random_csr(rng, out, n_in, 0.1)
+    for rows, dest in ((np.arange(out), np.arange(out)),
+                       (np.flatnonzero(rng.random(out) < 0.6), None)):
+        dest = rng.permutation(out)[:rows.size] if dest is None else dest
+        s = Sell.of(w, rows, dest)
+        xs = [np.append(rng.standard_normal(n_in) * 10.0 ** rng.integers(-3, 4), 0.0).astype(np.float32)
+              for _ in range(nb)]
+        for x in xs:
+            x[rng.random(n_in + 1) < 0.3] = rng.choice([0.0, -0.0])
+            x[n_in] = 0.0
+        c, keep = _c_sell(s)
+        ys = [np.full(out, np.float32(7.0)) for _ in range(nb)]   # rows no lane names stay as they are
+        cols = np.unique(w.indices).astype(np.int32)
+        xt = np.full((n_in + 1) * int(lib.QGPU_BATCH), np.float32(np.nan))   # rows no column reads: never read
+        lib.qgpu_transpose_batch(ffi.new("float *[]", [ffi.from_buffer("float[]", x) for x in xs]), nb,
+                                 ffi.from_buffer("int32_t[]", cols), cols.size, n_in, ffi.from_buffer("float[]", xt))
+        lib.qgpu_sell_batch(c, ffi.from_buffer("float[]", xt), nb,
+                            ffi.new("float *[]", [ffi.from_buffer("float[]", y) for y in ys]))
+        for x, y in zip(xs, ys):
+            want = np.full(out, np.float32(7.0))
+            lib.qgpu_sell_matvec(c, ffi.from_buffer("float[]", x), ffi.from_buffer("float[]", want))
+            assert np.array_equal(_bits(y), _bits(want))
+            assert np.array_equal(_bits(s.matvec(x, np.full(out, np.float32(7.0)))), _bits(want))
+
+
+@pytest.mark.parametrize("mode", ["fp32", "bf16"])
+def test_batched_prefill_is_the_token_by_token_prefill(gpu, mode, monkeypatch):
+    """Eight prompt tokens a call through each layer (one state, in order) leave the state and the last
+    hidden that one token a call leaves, for prompts whose length is not a multiple of the batch."""
+    from qgpu_min.model import step_engine
+    model, engine = gpu.model(mode), gpu.engine(mode)
+    for name in ("dot", "barrier_grid"):
+        prompt, gen = _prompt_ids(gpu, name)
+        ids = (prompt + gen)[:-3]
+        batched = model.new_state()
+        x = engine.prefill(batched, ids)
+        monkeypatch.setattr(step_engine, "BATCH", 1)
+        alone = model.new_state()
+        y = engine.prefill(alone, ids)
+        monkeypatch.undo()
+        assert np.array_equal(_bits(x), _bits(y))
+        _same_state(batched, alone)
+
+
+@pytest.mark.parametrize("mode", ["fp32", "bf16"])
+def test_lockstep_decode_is_each_launch_alone(gpu, mode):
+    """decode_many over launches of different lengths (some stopped by their limit, one taken up again past
+    a full group) gives each the tokens and state decode gives it alone."""
+    model, engine = gpu.model(mode), gpu.engine(mode)
+    rules = gpu.launch_rules(mode)
+    names = ["dot", "hist", "shfl_vote", "barrier_grid"] * 3      # 12 launches: more than one group of 8
+    limits = [5000, 7, 5000, 5000, 1, 5000, 30, 5000, 5000, 5000, 2, 5000]
+    starts, alone = [], []
+    for name, limit in zip(names, limits):
+        prompt, _ = _prompt_ids(gpu, name)
+        st = model.new_state()
+        first = engine.first(st, prompt, rules)
+        ref = copy.deepcopy(st)
+        alone.append((engine.decode(ref, first, rules, limit), ref))
+        starts.append((st, first))
+    got = engine.decode_many([s for s, _ in starts], [t for _, t in starts], rules, limits)
+    for (ids, ref), g, (st, _) in zip(alone, got, starts):
+        assert g == ids
+        _same_state(st, ref)
+    assert {len(g) for g in got} >= {1, 2, 7, 30}
+    with pytest.raises(EngineError, match="distinct"):
+        engine.decode_many([starts[0][0], starts[0][0]], [1, 1], rules, [3, 3])

@@ -17,6 +17,7 @@ row. The state's arrays are the Model's own (State), so the two paths can take t
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +31,7 @@ from .forward import Model, State
 from .head_bound import HeadTables, factor_tables
 
 LANES = int(lib.QGPU_SELL_LANES)
+BATCH = int(lib.QGPU_BATCH)     # tokens a batched call takes through a layer together
 DECODE_CHUNK = 1 << 16     # tokens a decode call generates at most before Python takes the next chunk
 
 
@@ -119,6 +121,11 @@ def chunk_rows(w: kernels.ChunkedBF16, ids: np.ndarray) -> tuple:
 
 def nonzero_rows(w: SparseBF16) -> np.ndarray:
     return np.flatnonzero(np.diff(w.indptr) > 0).astype(np.int64)
+
+
+def used_columns(*ws: SparseBF16) -> np.ndarray:
+    """The columns any of the matrices has an entry in, ascending (what a batched product reads)."""
+    return np.unique(np.concatenate([w.indices for w in ws] + [np.zeros(0, np.int64)])).astype(np.int64)
 
 
 def csc(w: SparseBF16) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -223,6 +230,8 @@ def _mlp_layer(step: kernels.SparseMlpStep, keep: list):
     L.down_ptr, L.down_rows, L.down_vals = (ffi.from_buffer("int64_t[]", ptr), ffi.from_buffer("int32_t[]", rows),
                                             ffi.from_buffer("float[]", vals))
     keep.extend((L.down_ptr, L.down_rows, L.down_vals))
+    u_cols = used_columns(mlp.gate, mlp.up)
+    L.n_u_cols, L.u_cols = u_cols.size, _ints(u_cols, keep)
     return L
 
 
@@ -251,6 +260,8 @@ def _gdn_layer(step: kernels.GdnStep, w: dict, keep: list):
                              ("n_out_rows", "out_rows", out_rows)):
         setattr(L, count, len(idx) // (2 if name == "runs" else 1))
         setattr(L, name, _ints(idx, keep))
+    u_cols, t_cols = used_columns(w["qkv"], w["z"], w["b"], w["a"]), used_columns(w["out"])
+    L.n_u_cols, L.u_cols, L.n_t_cols, L.t_cols = u_cols.size, _ints(u_cols, keep), t_cols.size, _ints(t_cols, keep)
     return L
 
 
@@ -296,13 +307,15 @@ class StepEngine:
         return None
 
     def workspace(self) -> list[np.ndarray]:
-        """Per-layer workspaces (the mixers' with their idle constants)."""
+        """Per-layer workspaces: each mixer's own (it keeps its idle channels' constants), and one MLP
+        workspace that every layer's MLP shares (an MLP step writes all of it before reading it)."""
+        mlp = np.zeros(max(int(lib.qgpu_cmlp_ws(m)) for m in self._mlp) + 1, np.float32)
         ws = []
-        for g, m in zip(self._gdn, self._mlp):
+        for g in self._gdn:
             a = np.empty(int(lib.qgpu_cgdn_ws(g)) + 1, np.float32)
             if not lib.qgpu_cgdn_ws_init(g, ffi.from_buffer("float[]", a)):
                 raise MemoryError("step engine: workspace")
-            ws.extend((a, np.zeros(int(lib.qgpu_cmlp_ws(m)) + 1, np.float32)))
+            ws.extend((a, mlp))
         return ws
 
     # ---- the protocol's token sets ----------------------------------------------------------------------
@@ -367,34 +380,53 @@ class StepEngine:
             c.bound = rules.bound if rules.bound is not None else ffi.NULL
         return c, keep
 
-    def _run(self, state: State, fn) -> object:
-        """fn(circuit state, workspace pointers) with a workspace of the pool, State's zero set kept in step.
-        One state is used by one thread at a time; different states may run at once."""
+    @contextmanager
+    def _workspaces(self, lanes: int):
+        """`lanes` workspaces of the pool (made when it has too few), as (arrays, pointer array) pairs; they go
+        back to the pool afterwards. Calls on several threads each take their own."""
         with self._lock:
-            ws = self._pool.pop() if self._pool else None
-        if ws is None:
-            arrays = self.workspace()
-            ws = (arrays, ffi.new("float *[]", [ffi.from_buffer("float[]", a) for a in arrays]))
+            taken = [self._pool.pop() for _ in range(min(lanes, len(self._pool)))]
         try:
-            c, zero, _ = self.bind(state)
-            zero[:] = [i in state.zero for i in range(self.n)]
-            try:
-                return fn(c, ws[1])
-            finally:
-                state.zero.difference_update(np.flatnonzero(zero == 0).tolist())
+            while len(taken) < lanes:
+                arrays = self.workspace()
+                taken.append((arrays, ffi.new("float *[]", [ffi.from_buffer("float[]", a) for a in arrays])))
+            yield taken
         finally:
             with self._lock:
-                self._pool.append(ws)
+                self._pool.extend(taken)
+
+    def _run(self, state: State, fn, lanes: int = 1) -> object:
+        """fn(circuit state, workspace pointers) with `lanes` workspaces (one: its pointer array; several: an
+        array of theirs, for the batched calls), State's zero set kept in step. One state is used by one
+        thread at a time; different states may run at once."""
+        with self._workspaces(lanes) as taken:
+            c, zero, _ = self.bind(state)
+            zero[:] = [i in state.zero for i in range(self.n)]
+            ws = taken[0][1] if lanes == 1 else ffi.new("float **[]", [w[1] for w in taken])
+            try:
+                return fn(c, ws)
+            finally:
+                state.zero.difference_update(np.flatnonzero(zero == 0).tolist())
 
     def prefill(self, state: State, token_ids) -> np.ndarray:
-        """Feed the tokens through every layer (no head); returns the final-normed hidden of the last, f32 [d]."""
+        """Feed the tokens through every layer (no head); returns the final-normed hidden of the last, f32 [d].
+        Up to BATCH tokens go through each layer together (qgpu_circuit_prefill_batch: the same bits)."""
         ids = np.ascontiguousarray(self.model._check_ids(token_ids), np.int64)
         circuit, keep = self._circuit(None)
-        scratch = np.empty(3 * self.d, np.float32)
-        self._run(state, lambda c, ws: lib.qgpu_circuit_prefill(circuit, c, ffi.from_buffer("int64_t[]", ids),
-                                                                 ids.size, ws, ffi.from_buffer("float[]", scratch)))
+        lanes = min(BATCH, ids.size)
+        if lanes <= 1:
+            scratch = np.empty(3 * self.d, np.float32)
+            self._run(state, lambda c, ws: lib.qgpu_circuit_prefill(
+                circuit, c, ffi.from_buffer("int64_t[]", ids), ids.size, ws, ffi.from_buffer("float[]", scratch)))
+            x = scratch[2 * self.d:]
+        else:
+            scratch = np.empty((2 * lanes + 1) * self.d + int(lib.qgpu_circuit_xt(circuit)), np.float32)
+            self._run(state, lambda c, ws: lib.qgpu_circuit_prefill_batch(
+                circuit, c, ffi.from_buffer("int64_t[]", ids), ids.size, ws, lanes,
+                ffi.from_buffer("float[]", scratch)), lanes)
+            x = scratch[2 * lanes * self.d:(2 * lanes + 1) * self.d]
         state.pos += int(ids.shape[0])
-        return scratch[2 * self.d:].copy()
+        return x.copy()
 
     def first(self, state: State, token_ids, rules: "Rules") -> int:
         """Prefill the tokens; the argmax of the head over the set rules name after the last of them."""
@@ -455,6 +487,60 @@ class StepEngine:
             token = generated[-1]
             if rules.next_set[token] < 0:
                 break
+        return generated
+
+    def decode_many(self, states: list[State], tokens: list[int], rules: "Rules",
+                    max_tokens: list[int]) -> list[list[int]]:
+        """decode for several states at once, in lockstep: each step takes the sequences still going through
+        the layers together (qgpu_circuit_decode_batch; the products read each weight once for all of them).
+        Sequence j's ids are exactly decode(states[j], tokens[j], rules, max_tokens[j])'s. The states must be
+        distinct objects."""
+        if len({id(s) for s in states}) != len(states) or len(tokens) != len(states) != len(max_tokens):
+            raise EngineError("decode_many takes distinct states, one token and one limit each")
+        self.model._check_ids(list(tokens))
+        generated: list[list[int]] = [[] for _ in states]
+        going = [j for j in range(len(states)) if max_tokens[j] > 0]
+        circuit, keep = self._circuit(rules)
+        while going:
+            group = going[:BATCH]
+            want = [min(max_tokens[j] - len(generated[j]), DECODE_CHUNK) for j in group]
+            outs = [np.empty(max(1, w), np.int64) for w in want]
+            count = np.zeros(len(group), np.int64)
+            limits = np.asarray(want, np.int64)
+            scratch = np.empty(int(lib.qgpu_circuit_decode_batch_scratch(circuit)) + 2, np.float32)
+            first = [generated[j][-1] if generated[j] else tokens[j] for j in group]
+            bound = [self.bind(states[j]) for j in group]
+            zeros = [(b[1], states[j]) for b, j in zip(bound, group)]
+            for z, st in zeros:
+                z[:] = [i in st.zero for i in range(self.n)]
+
+            def call(ws):
+                return lib.qgpu_circuit_decode_batch(
+                    circuit, ffi.new("qgpu_circuit_state *[]", [b[0] for b in bound]), len(group),
+                    ffi.new("int64_t[]", first), ws, ffi.from_buffer("float[]", scratch),
+                    ffi.new("int64_t *[]", [ffi.from_buffer("int64_t[]", o) for o in outs]),
+                    ffi.from_buffer("int64_t[]", limits), ffi.from_buffer("int64_t[]", count))
+            try:
+                with self._workspaces(len(group)) as taken:
+                    call(ffi.new("float **[]", [w[1] for w in taken]))
+            finally:
+                for z, st in zeros:
+                    st.zero.difference_update(np.flatnonzero(z == 0).tolist())
+            later = []
+            for k, j in enumerate(group):
+                n = int(count[k])
+                fed = n if n >= 0 else -n - 1
+                generated[j].extend(outs[k][:fed].tolist())
+                states[j].pos += fed
+                if n < 0:      # a non-finite hidden: its head is the dense product's, as decode's
+                    x = scratch[(2 * BATCH + k) * self.d:(2 * BATCH + k + 1) * self.d].copy()
+                    states[j].pos += 1
+                    prev = generated[j][-1] if generated[j] else first[k]
+                    generated[j].append(self.argmax(x, rules, int(rules.next_set[prev])))
+                last = generated[j][-1] if generated[j] else None
+                if last is not None and rules.next_set[last] >= 0 and len(generated[j]) < max_tokens[j]:
+                    later.append(j)
+            going = later + going[BATCH:]
         return generated
 
 
