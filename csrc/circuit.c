@@ -186,10 +186,11 @@ static int any_in(const int32_t *sorted, size_t n, size_t lo, size_t hi) {
 }
 
 /* The values every idle channel holds on every token: what gdn_in and the activations give for an all-+0
- * projection and conv state (the same kernels, on zeros). Returns 0 when out of memory. */
+ * projection and conv state (the same kernels, on zeros). ws arrives zeroed (calloc'd: the pages no token
+ * touches never become resident, which matters for the batched calls' several workspaces). Returns 0 when
+ * out of memory. */
 int qgpu_cgdn_ws_init(const qgpu_cgdn *L, float *ws) {
     size_t c = 2 * L->nk * L->dk + L->nv * L->dv, kd = L->nk * L->dk, k = L->k;
-    memset(ws, 0, qgpu_cgdn_ws(L) * sizeof *ws);
     gdn_ws w = gdn_parts(L, ws);
     float *state = calloc(c * (k > 1 ? k - 1 : 1), sizeof *state);
     if (!state) return 0;

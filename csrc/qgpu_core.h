@@ -216,7 +216,8 @@ typedef struct {
     const int32_t *u_cols, *t_cols;  /* the columns of u that qkv, z, b or a reads; of the gated norm's out */
 } qgpu_cgdn;
 /* Workspace floats of a layer's MLP / mixer; a mixer's workspace holds its idle channels' constants, set by
- * qgpu_cgdn_ws_init (0: out of memory); qgpu_cgdn_state_ok: a conv state is +0 on every idle channel. */
+ * qgpu_cgdn_ws_init on zeroed memory (0: out of memory); qgpu_cgdn_state_ok: a conv state is +0 on every
+ * idle channel. */
 size_t qgpu_cmlp_ws(const qgpu_cmlp *layer);
 size_t qgpu_cgdn_ws(const qgpu_cgdn *layer);
 int qgpu_cgdn_ws_init(const qgpu_cgdn *layer, float *ws);

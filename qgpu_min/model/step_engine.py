@@ -312,7 +312,7 @@ class StepEngine:
         mlp = np.zeros(max(int(lib.qgpu_cmlp_ws(m)) for m in self._mlp) + 1, np.float32)
         ws = []
         for g in self._gdn:
-            a = np.empty(int(lib.qgpu_cgdn_ws(g)) + 1, np.float32)
+            a = np.zeros(int(lib.qgpu_cgdn_ws(g)) + 1, np.float32)     # zeroed, as qgpu_cgdn_ws_init takes it
             if not lib.qgpu_cgdn_ws_init(g, ffi.from_buffer("float[]", a)):
                 raise MemoryError("step engine: workspace")
             ws.extend((a, mlp))
