@@ -78,12 +78,17 @@ static void mlp_out(const qgpu_cmlp *L, mlp_ws w, float *h_out) {
             qgpu_round_bf16(w.p, m);
         }
         qgpu_silu(w.g, m, w.s);
-        for (size_t j = 0; j < m; j++)
-            w.act[j] = bf16 ? qgpu_bf16_round(qgpu_bf16_round(w.s[j]) * w.p[j]) : w.s[j] * w.p[j];
+        if (bf16)
+            for (size_t j = 0; j < m; j++) w.act[j] = qgpu_bf16_round(qgpu_bf16_round(w.s[j]) * w.p[j]);
+        else
+            for (size_t j = 0; j < m; j++) w.act[j] = w.s[j] * w.p[j];
     }
     qgpu_csc_active(m, d, L->down_ptr, L->down_rows, L->down_vals, w.act, w.y, w.idx);
     if (bf16) qgpu_round_bf16(w.y, d);
-    for (size_t i = 0; i < d; i++) h_out[i] = bf16 ? qgpu_bf16_round(w.h_mid[i] + w.y[i]) : w.h_mid[i] + w.y[i];
+    if (bf16)
+        for (size_t i = 0; i < d; i++) h_out[i] = qgpu_bf16_round(w.h_mid[i] + w.y[i]);
+    else
+        for (size_t i = 0; i < d; i++) h_out[i] = w.h_mid[i] + w.y[i];
 }
 
 static void cmlp_step(const qgpu_cmlp *L, const float *h, int add_zero, float *ws, float *h_out) {
@@ -249,16 +254,17 @@ static void gdn_in(const qgpu_cgdn *L, const float *h, gdn_ws w) {
 
 static void gdn_mid(const qgpu_cgdn *L, float *conv_state, float *S, int32_t *clean, gdn_ws w) {
     size_t nk = L->nk, dk = L->dk, nv = L->nv, dv = L->dv;
-    size_t kd = nk * dk, na = L->n_active;
+    size_t kd = nk * dk;
     int bf16 = L->bf16;
     if (bf16) {
-        round_at(w.mixed, L->active, na);
-        round_at(w.z, L->z_rows, L->n_z_rows);
+        /* z over each value head out_proj reads: its rows outside z_rows hold +0, which rounds to +0 */
+        for (size_t i = 0; i < L->n_read; i++) qgpu_round_bf16(w.z + (size_t)L->read_heads[i] * dv, dv);
         qgpu_round_bf16(w.b, nv);
         qgpu_round_bf16(w.a, nv);
     }
     for (size_t r = 0; r < L->n_runs; r++) { /* the conv and SiLU kernels on each run of active channels */
         size_t c0 = (size_t)L->runs[2 * r], len = (size_t)L->runs[2 * r + 1] - c0;
+        if (bf16) qgpu_round_bf16(w.mixed + c0, len); /* the runs are the active channels */
         qgpu_conv_update(conv_state + c0 * (L->k - 1), len, L->k, w.mixed + c0, L->conv_w + c0 * L->k, w.conv + c0);
         if (bf16) qgpu_round_bf16(w.conv + c0, len);
         qgpu_silu(w.conv + c0, len, w.act + c0);
@@ -318,7 +324,10 @@ static void gdn_mid(const qgpu_cgdn *L, float *conv_state, float *S, int32_t *cl
 
 static void gdn_out(const qgpu_cgdn *L, const float *h, gdn_ws w, float *h_out) {
     if (L->bf16) round_at(w.y, L->out_rows, L->n_out_rows);
-    for (size_t i = 0; i < L->d; i++) h_out[i] = L->bf16 ? qgpu_bf16_round(h[i] + w.y[i]) : h[i] + w.y[i];
+    if (L->bf16)
+        for (size_t i = 0; i < L->d; i++) h_out[i] = qgpu_bf16_round(h[i] + w.y[i]);
+    else
+        for (size_t i = 0; i < L->d; i++) h_out[i] = h[i] + w.y[i];
 }
 
 static void cgdn_step(const qgpu_cgdn *L, const float *h, float *conv_state, float *S, int32_t *clean, float *ws,

@@ -207,8 +207,8 @@ typedef struct {
     float eps;
     int bf16;
     qgpu_sell qkv, z, b, a, out;
-    size_t n_active, n_runs, n_z_rows, n_qk_heads, n_read, n_out_rows;
-    const int32_t *active, *runs, *z_rows, *qk_heads, *read_heads, *out_rows;
+    size_t n_active, n_runs, n_qk_heads, n_read, n_out_rows;
+    const int32_t *active, *runs, *qk_heads, *read_heads, *out_rows;
     const float *conv_w, *a_log, *dt_bias;
     float q_div;
     const float *norm_w;

@@ -255,7 +255,6 @@ def _gdn_layer(step: kernels.GdnStep, w: dict, keep: list):
     runs = np.stack([active[np.r_[0, breaks]], active[np.r_[breaks - 1, active.size - 1]] + 1], 1) if active.size \
         else np.zeros((0, 2), np.int64)
     for count, name, idx in (("n_active", "active", active), ("n_runs", "runs", runs.reshape(-1)),
-                             ("n_z_rows", "z_rows", z_rows),
                              ("n_qk_heads", "qk_heads", qk), ("n_read", "read_heads", read),
                              ("n_out_rows", "out_rows", out_rows)):
         setattr(L, count, len(idx) // (2 if name == "runs" else 1))
