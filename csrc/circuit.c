@@ -110,6 +110,12 @@ static void cmlp_batch(const qgpu_cmlp *L, size_t nb, const float *const *h, con
     float *g[QGPU_BATCH], *p[QGPU_BATCH];
     for (size_t b = 0; b < nb; b++) {
         w[b] = mlp_parts(L, ws[b]);
+        if (b) { /* mlp_out runs token by token: the first token's scratch serves all (as gdn_share) */
+            w[b].s = w[0].s;
+            w[b].act = w[0].act;
+            w[b].y = w[0].y;
+            w[b].idx = w[0].idx;
+        }
         mlp_in(L, h[b], add_zero[b], w[b]);
         u[b] = w[b].u;
         g[b] = w[b].g;
@@ -126,11 +132,10 @@ static void cmlp_batch(const qgpu_cmlp *L, size_t nb, const float *const *h, con
 /* ---- the DeltaNet mixer ----------------------------------------------------------------------------- */
 
 /* Workspace (floats): mixed [c + 1], conv [c], act [c], qn, kn [kd], qr, kr [nv dk], z [n], b, a, beta, g
- * [nv], o [n], tmp [n], silu_z [n], y [d], u [d + 1], and the active channels' gathered values [2 c]. The
- * idle channels' entries of mixed, conv, act, qn, kn, z and y are set once (qgpu_cgdn_ws_init) and never
- * written again. */
+ * [nv], o [n], tmp [n], silu_z [n], y [d], u [d + 1], then idle (int32 [nv]). The idle channels' entries of
+ * mixed, conv, act, qn, kn, z and y are set once (qgpu_cgdn_ws_init) and never written again. */
 typedef struct {
-    float *mixed, *conv, *act, *qn, *kn, *qr, *kr, *z, *b, *a, *beta, *g, *o, *tmp, *silu_z, *y, *u, *ga, *gb;
+    float *mixed, *conv, *act, *qn, *kn, *qr, *kr, *z, *b, *a, *beta, *g, *o, *tmp, *silu_z, *y, *u;
     int32_t *idle; /* [nv]: 1 = the head's q, k and v are idle constants, q and k +-0, and out_proj never reads it */
 } gdn_ws;
 
@@ -154,15 +159,31 @@ static gdn_ws gdn_parts(const qgpu_cgdn *L, float *ws) {
     w.silu_z = w.tmp + n;
     w.y = w.silu_z + n;
     w.u = w.y + L->d;
-    w.ga = w.u + L->d + 1;
-    w.gb = w.ga + c;
-    w.idle = (int32_t *)(void *)(w.gb + c);
+    w.idle = (int32_t *)(void *)(w.u + L->d + 1);
     return w;
+}
+
+/* In a batch the token-by-token middle runs for one token after another, so every token but the first uses
+ * the first one's scratch for it (and its idle constants, the same in every workspace of a layer): only the
+ * parts a batched product writes or reads (u, mixed, z, b, a, tmp, y) are the token's own, which keeps the
+ * batch's cache footprint near one token's. */
+static void gdn_share(gdn_ws *w, const gdn_ws *first) {
+    w->conv = first->conv;
+    w->act = first->act;
+    w->qn = first->qn;
+    w->kn = first->kn;
+    w->qr = first->qr;
+    w->kr = first->kr;
+    w->beta = first->beta;
+    w->g = first->g;
+    w->o = first->o;
+    w->silu_z = first->silu_z;
+    w->idle = first->idle;
 }
 
 size_t qgpu_cgdn_ws(const qgpu_cgdn *L) {
     size_t c = 2 * L->nk * L->dk + L->nv * L->dv, kd = L->nk * L->dk, n = L->nv * L->dv;
-    return (c + 1) + 2 * c + 2 * kd + 2 * L->nv * L->dk + n + 4 * L->nv + 4 * n + 2 * (L->d + 1) + 2 * c + L->nv;
+    return (c + 1) + 2 * c + 2 * kd + 2 * L->nv * L->dk + n + 4 * L->nv + 4 * n + 2 * (L->d + 1) + L->nv;
 }
 
 static int all_zero(const float *x, size_t n) {
@@ -353,6 +374,7 @@ static void cgdn_batch(const qgpu_cgdn *L, size_t nb, const float *const *h, flo
     float *mixed[QGPU_BATCH], *z[QGPU_BATCH], *bb[QGPU_BATCH], *a[QGPU_BATCH], *y[QGPU_BATCH];
     for (size_t b = 0; b < nb; b++) {
         w[b] = gdn_parts(L, ws[b]);
+        if (b) gdn_share(&w[b], &w[0]);
         gdn_in(L, h[b], w[b]);
         in[b] = w[b].u;
         mixed[b] = w[b].mixed;
