@@ -73,3 +73,22 @@ def test_circuit_batches_run_on_threads_with_each_launch_as_alone(dot_prompts, m
     k = compile_kernel(ROOT / "examples" / "dot.cu")
     assert [r.arrays["out"].tolist() for r in launch_many(k, DOT_SETS, block=(4, 1), backend="circuit")] == \
         [[32], [-1], [12]]
+
+
+def test_a_circuit_batch_decodes_its_launches_in_lockstep(dot_prompts, monkeypatch):
+    """On one thread the batch's launches go through StepEngine.decode_many together (one pass per step for
+    all of them), and each still gives what it gives alone."""
+    from qgpu_min.model import kernels
+    from qgpu_min.model.step_engine import StepEngine
+    prompts, loads = dot_prompts
+    cg = compiled()
+    sizes = []
+    real = StepEngine.decode_many
+    monkeypatch.setattr(StepEngine, "decode_many", lambda self, states, *a: sizes.append(len(states)) or
+                        real(self, states, *a))
+    monkeypatch.setattr(kernels, "threads", lambda: 1)
+    together = run_launches(cg, prompts, "bf16", load_lens=loads)
+    assert sizes and sizes[0] == 3
+    alone = [run_launch(cg, p, "bf16", load_len=n) for p, n in zip(prompts, loads)]
+    assert [r.generated for r in together] == [r.generated for r in alone]
+    assert [r.memory for r in together] == [r.memory for r in alone]

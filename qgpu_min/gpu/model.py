@@ -369,20 +369,50 @@ def run_launches(cg: CompiledGpu | MergedGpu, prompts: list[list[Token]], mode: 
 
 def _engine_batch(cg: CompiledGpu, prompts: list[list[Token]], mode: str, max_generated: int,
                   load_lens: list[int]) -> list[ModelRun]:
+    """The launches in as many groups as the core has threads (kernels.threads()), each group decoded in
+    lockstep on one thread (_engine_group)."""
     cg.engine(mode), cg.launch_rules(mode)           # built once, before the threads share them
+    workers = max(1, min(len(prompts), kernels.threads()))
+    groups = [list(range(k, len(prompts), workers)) for k in range(workers)]
 
-    def one(j: int) -> ModelRun:
+    def one(js: list[int]) -> dict[int, ModelRun]:
+        return _engine_group(cg, prompts, js, mode, max_generated, load_lens)
+    if workers == 1:
+        runs = one(groups[0])
+    else:
+        with ThreadPoolExecutor(workers) as pool:
+            runs = {j: r for part in pool.map(one, groups) for j, r in part.items()}
+    return [runs[j] for j in range(len(prompts))]
+
+
+def _engine_group(cg: CompiledGpu, prompts: list[list[Token]], js: list[int], mode: str, max_generated: int,
+                  load_lens: list[int]) -> dict[int, ModelRun]:
+    """run_engine for the launches js together: each prefilled alone, then decoded in lockstep
+    (StepEngine.decode_many: one pass over each layer's weights per step for all of them). Launch j's tokens
+    and state are run_engine's for it alone."""
+    engine, model, rules = cg.engine(mode), cg.model(mode), cg.launch_rules(mode)
+    states, reused, generated = {}, {}, {}
+
+    def goes_on(j: int) -> bool:
         try:
-            return run_engine(cg, prompts[j], mode, max_generated, None, load_lens[j])
+            return _goes_on(generated[j], max_generated)
         except GpuLaunchError as e:       # say which launch of the batch (the error keeps its type)
             e.in_batch = f"launch {j} of {len(prompts)}: "
             e.args = (f"{e.in_batch}{e}",)
             raise
-    workers = max(1, min(len(prompts), kernels.threads()))
-    if workers == 1:
-        return [one(j) for j in range(len(prompts))]
-    with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(one, range(len(prompts))))
+    for j in js:
+        ids, n = [cg.token_id(t) for t in prompts[j]], load_lens[j]
+        states[j], reused[j] = load_state(cg, model, mode, ids[:n], engine.prefill) if n else (model.new_state(), 0)
+        generated[j] = [cg.token_at(engine.first(states[j], ids[n:], rules))]
+    going = [j for j in js if goes_on(j)]
+    while going:
+        new = engine.decode_many([states[j] for j in going], [cg.token_id(generated[j][-1]) for j in going], rules,
+                                 [max_generated - len(generated[j]) for j in going])
+        for j, ids in zip(going, new):
+            generated[j] += [cg.token_at(i) for i in ids]
+        going = [j for j in going if goes_on(j)]
+    return {j: ModelRun(prompts[j], generated[j], row_words(read_rows(cg.data, states[j].recurrent)), reused[j])
+            for j in js}
 
 
 def _start(cg, model: Model, mode: str, prompt: list[Token], load_len: int, subset):
