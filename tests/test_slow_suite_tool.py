@@ -84,7 +84,12 @@ def test_a_whole_run_records_resumes_and_reports_a_failure(tmp_path):
     again = slow_suite.read_record(record)[len(entries):]
     assert [(e["id"].split("[")[1], e["outcome"]) for e in again] == [("c-g1x1-b4x1-bf16]", "passed")]
     assert "passed 2 (fp32 1, bf16 1), skipped (do not fit) 1, failed 0" in summary.read_text()
+    runs = slow_suite.read_record(slow_suite.runs_log(record))
+    assert [r["launches"] for r in runs] == [3, 1] and all(r["end"] >= r["start"] for r in runs)
+    assert "the record took 2 runs" in summary.read_text()
     # a record of another code key is set aside, and everything runs again
     record.write_text(json.dumps({"id": "x", "outcome": "passed", "key": "other", "seconds": 1}) + "\n")
     assert slow_suite.main(args) == 0
     assert len(slow_suite.read_record(record)) == 3 and record.with_suffix(".jsonl.old").exists()
+    assert len(slow_suite.read_record(slow_suite.runs_log(record))) == 1     # the old key's runs set aside too
+    assert "the record took" not in summary.read_text()

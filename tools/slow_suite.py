@@ -13,7 +13,9 @@ it stopped (--stop-after MIN: no new launch is started after MIN minutes; those 
 a hash of what decides the results: the package's sources and the C core, and the
 suite's tests and kernels; any change there starts the record afresh (--fresh does so on purpose). At the
 end the summary (counts, wall time, the slowest launches, any failure) is written to --summary
-(docs/gpu_slow_suite.md). Exits 1 if a launch failed.
+(docs/gpu_slow_suite.md). Each run also appends its start, end and workers to the runs log beside the record
+(`<record>.runs.jsonl`, set aside with the record when the key changes), so the summary gives the wall time of
+all the runs that made a resumed record, not only the last one's. Exits 1 if a launch failed.
 
 As a pytest plugin (`-p slow_suite`, QGPU_SLOW_QUEUE set) the same file is a worker's loop.
 """
@@ -205,8 +207,20 @@ def _commit() -> str:
     return (out.stdout.strip() or "unknown") + (" with uncommitted changes" if dirty.stdout.strip() else "")
 
 
+def runs_log(record: Path) -> Path:
+    return record.with_suffix(".runs.jsonl")
+
+
+def log_run(record: Path, key: str, start: float, end: float, workers: int, launches: int) -> list[dict]:
+    """Append this run to the runs log; returns the log's runs of this key (this one included)."""
+    with runs_log(record).open("a") as f:
+        f.write(json.dumps({"key": key, "start": round(start, 1), "end": round(end, 1), "workers": workers,
+                            "launches": launches}) + "\n")
+    return [r for r in read_record(runs_log(record)) if r.get("key") == key]
+
+
 def write_summary(path: Path, key: str, entries: list[dict], wall: float, workers: int, cmd: str,
-                  total: int | None = None, commit: str = "") -> None:
+                  total: int | None = None, commit: str = "", runs: list[dict] | None = None) -> None:
     by_outcome: dict[str, list[dict]] = {}
     for e in entries:
         by_outcome.setdefault(e["outcome"], []).append(e)
@@ -220,7 +234,13 @@ def write_summary(path: Path, key: str, entries: list[dict], wall: float, worker
              f"{modes['bf16']}), skipped (do not fit) {len(by_outcome.get('skipped', []))}, failed "
              f"{len(by_outcome.get('failed', []))}",
              f"- this run's wall time: {wall / 60:.1f} min on {workers} workers; the launches' own times add up to "
-             f"{sum(e.get('seconds', 0) for e in entries) / 60:.1f} min", ""]
+             f"{sum(e.get('seconds', 0) for e in entries) / 60:.1f} min"]
+    if runs and len(runs) > 1:
+        first, last = min(r["start"] for r in runs), max(r["end"] for r in runs)
+        lines.append(f"- the record took {len(runs)} runs: {sum(r['end'] - r['start'] for r in runs) / 60:.1f} min "
+                     f"of wall time in all, from {time.strftime('%Y-%m-%d %H:%M', time.gmtime(first))} to "
+                     f"{time.strftime('%H:%M UTC', time.gmtime(last))}")
+    lines.append("")
     slow = sorted(entries, key=lambda e: -e.get("seconds", 0))[:10]
     lines += ["The slowest launches:", ""] + [f"- {e['id'].split('[')[1][:-1]}: {e.get('seconds', 0):.0f} s" for e in slow]
     fails = by_outcome.get("failed", []) + by_outcome.get("missing", [])
@@ -263,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
         if earlier:
             print(f"the record holds another code key or --fresh: starting afresh ({a.record})")
             a.record.rename(a.record.with_suffix(".jsonl.old"))
+            if runs_log(a.record).exists():
+                runs_log(a.record).rename(runs_log(a.record).with_suffix(".jsonl.old"))
         earlier = []
     seconds = {e["id"]: e["seconds"] for e in earlier if "seconds" in e}
     finished = {e["id"] for e in earlier if e["outcome"] in ("passed", "skipped")}
@@ -306,8 +328,9 @@ def main(argv: list[str] | None = None) -> int:
             queue.unlink(missing_ok=True)
     entries = {e["id"]: e for e in read_record(a.record) if e.get("key") == key}
     final = [entries[i] for i in ids if i in entries]
+    runs = log_run(a.record, key, t0, time.time(), a.workers, len(todo))
     write_summary(a.summary, key, final, time.time() - t0, a.workers,
-                  "python3 tools/slow_suite.py" + (f" -k '{a.expr}'" if a.expr else ""), len(ids), commit)
+                  "python3 tools/slow_suite.py" + (f" -k '{a.expr}'" if a.expr else ""), len(ids), commit, runs)
     failed = [e for e in final if e["outcome"] not in ("passed", "skipped")]
     missing = [i for i in ids if i not in entries]
     print(f"done in {(time.time() - t0) / 60:.1f} min: {len(final)} of {len(ids)} recorded, {len(failed)} failed, "
