@@ -34,6 +34,9 @@ _EXPORTS = {
     "StepLimitError": (".machine.interp", "StepLimitError"),
     "MemcheckError": (".machine.memcheck", "MemcheckError"),
     "CudaCompileError": (".cuda.compiler", "CudaCompileError"),
+    "save_program": (".host.saved", "save_program"),
+    "load_program": (".host.saved", "load_program"),
+    "SavedProgramError": (".host.saved", "SavedProgramError"),
 }
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 __all__ = ["__version__", *_EXPORTS]

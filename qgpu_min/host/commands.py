@@ -123,7 +123,7 @@ def run(source: Path, arg_texts: tuple[str, ...], args_file: Path | None, kernel
         mode: str | None,
         check: bool, trace: bool, memcheck: bool,
         compiler: str | None, as_json: bool, step_limit: int | None) -> None:
-    """Compile a CUDA kernel (.cu or .ptx) and launch it on the machine.
+    """Compile a CUDA kernel (.cu or .ptx, or load a saved .qgpu program) and launch it on the machine.
 
     \b
     Example:
@@ -131,7 +131,7 @@ def run(source: Path, arg_texts: tuple[str, ...], args_file: Path | None, kernel
     runs it on the GPU in the weights and prints every array parameter after the launch, e.g.
     `out = [32]` (--backend interp: on the reference interpreter).
     """
-    from .launch import compile_kernel, launch, launch_many
+    from .launch import launch, launch_many
 
     if args_file is not None:
         if arg_texts:
@@ -142,7 +142,7 @@ def run(source: Path, arg_texts: tuple[str, ...], args_file: Path | None, kernel
     arg_sets = _args_file(args_file) if args_file else [list(arg_texts)]
     values = [[parse_value(text, f"{where}--arg #{k}") for k, text in enumerate(texts, start=1)]
               for where, texts in zip(_line_names(args_file, len(arg_sets)), arg_sets)]
-    compiled = compile_kernel(source, kernel=kernel, compiler=compiler)
+    compiled = _kernel(source, kernel, compiler)
     _warn(compiled.warnings)
     args = [bind_args(v, compiled.params, compiled.name) for v in values]
     options = _model_options(backend, mode, check, trace and not as_json, model_dir, quant, device)
@@ -202,21 +202,48 @@ def _result_json(result, compiled, backend: str, trace: bool) -> dict:
     }
 
 
+def _kernel(source: Path, kernel: str | None, compiler: str | None):
+    """The kernel of a .cu or .ptx file (compiled), or of a saved program (.qgpu: loaded, no compiler)."""
+    from .saved import SUFFIX, SavedProgramError, load_program
+    if source.suffix != SUFFIX:
+        from .launch import compile_kernel
+        return compile_kernel(source, kernel=kernel, compiler=compiler)
+    k = load_program(source)
+    if kernel is not None and kernel not in (k.name, k.entry):
+        raise SavedProgramError(f"{source}: holds kernel {k.name!r}, not {kernel!r}")
+    return k
+
+
 @click.command("compile")
 @SOURCE
 @KERNEL
 @COMPILER
 @click.option("--ptx", "show_ptx", is_flag=True, help="Print the compiler's PTX instead of the machine program.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE.qgpu",
+              help="Save the compiled kernel (its PTX and interface; docs/usage.md) for `qgpu-min run "
+                   "FILE.qgpu` and qgpu_min.load_program, which need no CUDA compiler.")
 @user_errors
-def compile_cmd(source: Path, kernel: str | None, compiler: str | None, show_ptx: bool) -> None:
-    """Compile a CUDA kernel and print the machine program: blocks, instructions, registers, memory map."""
+def compile_cmd(source: Path, kernel: str | None, compiler: str | None, show_ptx: bool, output: Path | None) -> None:
+    """Compile a CUDA kernel and print the machine program: blocks, instructions, registers, memory map.
+    SOURCE may be a saved program (.qgpu) too."""
+    from .saved import SUFFIX, SavedProgramError, save_program
+
     if show_ptx:  # straight from the compiler, so it shows even where the lowering would fail
+        if source.suffix == SUFFIX:
+            click.echo(_kernel(source, kernel, compiler).ptx, nl=False)
+            return
         from ..cuda.compiler import compile_to_ptx
 
         click.echo(compile_to_ptx(source, compiler).text, nl=False)
         return
-    from .launch import compile_kernel, format_kernel
+    from .launch import format_kernel
 
-    compiled = compile_kernel(source, kernel=kernel, compiler=compiler)
+    if output is not None and output.suffix != SUFFIX:     # before the compiler runs
+        raise SavedProgramError(f"{output}: a saved program's name ends in {SUFFIX}")
+    compiled = _kernel(source, kernel, compiler)
     _warn(compiled.warnings)
+    if output is not None:
+        save_program(compiled, output)
+        click.echo(f"saved kernel {compiled.name} ({len(compiled.program.blocks)} blocks) to {output}")
+        return
     click.echo(format_kernel(compiled))

@@ -165,18 +165,25 @@ def compile_kernel(source: str | Path, kernel: str | None = None, compiler: str 
     """Compile CUDA (a .cu path or source text) or PTX to a machine program for one kernel, in the block
     format of the target that will run it (the machine's by default)."""
     res = compile_to_ptx(source, compiler)
-    module = parse_ptx(res.text)
-    fn = select_kernel(module, kernel)
     text = _cuda_text(source)
     name = None if text is None else TEXT_SOURCE_NAME if "__global__" in str(source) else Path(source).name
+    return kernel_from_ptx(res.text, res.compiler, kernel, text, name, fmt)
+
+
+def kernel_from_ptx(ptx: str, compiler: str, kernel: str | None = None, source: str | None = None,
+                    source_name: str | None = None, fmt: BlockFormat = MACHINE_FORMAT) -> CompiledKernel:
+    """The machine program of one kernel of a PTX module (no CUDA compiler runs): `source`, the CUDA text the
+    PTX came from, gives parameter names and types and the source lines of errors; `compiler` is recorded."""
+    module = parse_ptx(ptx)
+    fn = select_kernel(module, kernel)
     try:
         lowered = lower(module, fn, fmt)
     except (LoweringError, CapacityError) as e:     # the same error, naming the CUDA line too
-        raise type(e)(annotate(str(e), res.text, text, name)) from None
-    warnings = [annotate(w, res.text, text, name) for w in lowered.warnings]
-    block_warnings = [(n, annotate(w, res.text, text, name)) for n, w in lowered.block_warnings]
-    return CompiledKernel(_display_name(fn.name, fn.demangled), _params(fn, text), lowered.program,
-                          lowered.layout, res.compiler, res.text, warnings, fn.name, fmt, block_warnings, text, name)
+        raise type(e)(annotate(str(e), ptx, source, source_name)) from None
+    warnings = [annotate(w, ptx, source, source_name) for w in lowered.warnings]
+    block_warnings = [(n, annotate(w, ptx, source, source_name)) for n, w in lowered.block_warnings]
+    return CompiledKernel(_display_name(fn.name, fn.demangled), _params(fn, source), lowered.program,
+                          lowered.layout, compiler, ptx, warnings, fn.name, fmt, block_warnings, source, source_name)
 
 
 def _display_name(mangled: str, demangled: str | None) -> str:
