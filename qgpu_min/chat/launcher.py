@@ -1,9 +1,11 @@
 """Running the calculator's kernels: compile once per process, check that a launch fits, launch, record it.
 
 Every result the calculator reports comes out of ``host.launch.launch`` (looked up at call time, so a
-test that replaces it sees every launch). The kernels are package data (``kernels/*.cu``), compiled like a user's kernel, with the
-zig clang that ships as a dependency: the same compiler everywhere, and not clang 14, which may hoist a
-shared-memory read above ``__syncthreads()`` (docs/usage.md).
+test that replaces it sees every launch). The kernels are package data (``kernels/*.cu``), shipped compiled
+as saved programs too (``programs/*.qgpu``, written by tools/save_calc_programs.py), so the calculator needs
+no CUDA compiler; a kernel whose .cu file changed since is compiled like a user's kernel, with the zig clang
+that ships as a dependency: the same compiler everywhere, and not clang 14, which may hoist a shared-memory
+read above ``__syncthreads()`` (docs/usage.md).
 
 A launch's record (``CalcResult.launches``) is a JSON-ready dict, the shape the chat's run_cuda tool
 reports too: ``{"op": "a @ b", "kernel": "calc_dot", "grid": [1, 1], "block": [3, 1], "backend": "circuit",
@@ -22,10 +24,12 @@ from ..errors import QgpuError
 from ..host import launch as host_launch
 from ..host.backend import BACKENDS, load_backend
 from ..host.launch import CompiledKernel, for_format
+from ..host.saved import SUFFIX, load_program
 from ..machine.isa import MAX_CTAS, MAX_THREADS_PER_CTA, MEM_WORDS
 from .errors import CalcError
 
 KERNEL_DIR = Path(__file__).with_name("kernels")
+PROGRAM_DIR = Path(__file__).with_name("programs")     # the kernels as saved programs (package data)
 COMPILER = "zig"
 MODES = ("fp32", "bf16")
 
@@ -39,9 +43,20 @@ def record(op: str, r: Any) -> dict[str, Any]:
             "tokens": {"prompt": int(r.tokens.get("prompt", 0)), "generated": int(r.tokens.get("generated", 0))}}
 
 
+def program_name(file: str, kernel: str) -> str:
+    """The shipped saved program of a kernel of a calculator file (tools/save_calc_programs.py writes them)."""
+    return f"{Path(file).stem}.{kernel}{SUFFIX}"
+
+
 @functools.lru_cache(maxsize=None)
 def compiled(file: str, kernel: str) -> CompiledKernel:
-    """The kernel compiled for the machine (interp's block format), once per process."""
+    """The kernel for the machine (interp's block format), once per process: its shipped saved program
+    (no CUDA compiler needed) while that was saved from the .cu file as it is, else compiled."""
+    saved = PROGRAM_DIR / program_name(file, kernel)
+    if saved.is_file():
+        k = load_program(saved)
+        if k.source == (KERNEL_DIR / file).read_text() and kernel in (k.name, k.entry):
+            return k
     return host_launch.compile_kernel(str(KERNEL_DIR / file), kernel=kernel, compiler=COMPILER)
 
 
