@@ -13,6 +13,9 @@ Columns (generated tokens per launch):
 - both+uniform: no-entry and warp-exec, and a value every active lane writes alike is written once.
 - both+packed: that, and one 16-bit token carries an entry's values of all n active lanes when each fits
   16 // n signed bits (4 lanes: [-8, 8)).
+
+Then the prompt (program.prompt_parts, today's protocol): `prompt` all of it, `kept` what a launch feeds when
+its program's load part is kept (gpu/model.load_state: the launch part only).
 """
 from __future__ import annotations
 
@@ -28,9 +31,11 @@ import readme_dot  # noqa: E402
 from prompt_order_check import SPEC, launches  # noqa: E402
 
 from qgpu_min.gpu.check import expected_tokens  # noqa: E402
+from qgpu_min.gpu.program import prompt_parts  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 COLUMNS = ("today", "no-entry", "warp-exec", "both+uniform", "both+packed")
+PROMPT = ("prompt", "kept")
 
 
 def _signed(v: int) -> int:
@@ -87,13 +92,19 @@ def main() -> int:
         if not args.all and case in seen:
             continue
         seen.add(case)
-        rows.append((name, packing(expected_tokens(program, memory, block, SPEC, None, grid))))
-    print(f"{'launch':<40}" + "".join(f"{c:>14}" for c in COLUMNS))
+        load, rest = prompt_parts(program, memory, block, SPEC, grid)
+        counts = packing(expected_tokens(program, memory, block, SPEC, None, grid))
+        rows.append((name, {**counts, "prompt": len(load) + len(rest), "kept": len(rest)}))
+    cols = COLUMNS + PROMPT
+    print(f"{'launch':<40}" + "".join(f"{c:>14}" for c in COLUMNS) + " |" + "".join(f"{c:>9}" for c in PROMPT))
+    def line(label: str, values: dict, fmt: str) -> str:
+        return (f"{label:<40}" + "".join(f"{values[c]:>14{fmt}}" for c in COLUMNS) + " |"
+                + "".join(f"{values[c]:>9{fmt}}" for c in PROMPT))
     for name, counts in rows:
-        print(f"{name:<40}" + "".join(f"{counts[c]:>14}" for c in COLUMNS))
-    total = {c: sum(r[1][c] for r in rows) for c in COLUMNS}
-    print(f"{'total':<40}" + "".join(f"{total[c]:>14}" for c in COLUMNS))
-    print(f"{'median':<40}" + "".join(f"{np.median([r[1][c] for r in rows]):>14.1f}" for c in COLUMNS))
+        print(line(name, counts, ""))
+    total = {c: sum(r[1][c] for r in rows) for c in cols}
+    print(line("total", total, ""))
+    print(line("median", {c: float(np.median([r[1][c] for r in rows])) for c in cols}, ".1f"))
     print(f"{'total / today':<40}" + "".join(f"{total[c] / total['today']:>14.3f}" for c in COLUMNS))
     return 0
 
