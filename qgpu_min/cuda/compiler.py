@@ -33,8 +33,9 @@ GPU_ARCH = "sm_75"
 TIMEOUT_S = 300
 
 HOW_TO_GET_ONE = (
-    "Install one of: the ziglang wheel (`pip install ziglang`, which bundles clang), "
-    "clang (`apt-get install clang`), or NVIDIA's nvcc; or point QGPU_CUDA_COMPILER at one."
+    "Install one of: the ziglang wheel (`pip install 'qgpu-min[cuda]'` or `pip install ziglang`, which bundles "
+    "clang), clang (`apt-get install clang`), or NVIDIA's nvcc; or point QGPU_CUDA_COMPILER at one. Saved "
+    "programs (.qgpu) and PTX need none."
 )
 
 
