@@ -222,11 +222,33 @@ def _kernel(source: Path, kernel: str | None, compiler: str | None):
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE.qgpu",
               help="Save the compiled kernel (its PTX and interface; docs/usage.md) for `qgpu-min run "
                    "FILE.qgpu` and qgpu_min.load_program, which need no CUDA compiler.")
+@click.option("--tokens", "show_tokens", is_flag=True,
+              help="Print where one launch's tokens go on the GPU in the weights, block by block: the prompt "
+                   "(load part, launch part) and the generated tokens (from an interpreter replay; no model "
+                   "runs). Needs the launch: --arg for each parameter, --block, --grid as for run.")
+@click.option("--arg", "arg_texts", multiple=True, metavar="VALUE", help="--tokens: one kernel argument, as for run.")
+@click.option("--grid", callback=_dim, metavar="N|X,Y", default="1", show_default=True,
+              help="--tokens: CTAs in the grid.")
+@click.option("--block", callback=_dim, metavar="N|X,Y", help="--tokens: threads per CTA (default as for run).")
+@click.option("--json", "as_json", is_flag=True, help="--tokens: one JSON object.")
 @user_errors
-def compile_cmd(source: Path, kernel: str | None, compiler: str | None, show_ptx: bool, output: Path | None) -> None:
+def compile_cmd(source: Path, kernel: str | None, compiler: str | None, show_ptx: bool, output: Path | None,
+                show_tokens: bool, arg_texts: tuple[str, ...], grid: tuple[int, int], block: tuple[int, int] | None,
+                as_json: bool) -> None:
     """Compile a CUDA kernel and print the machine program: blocks, instructions, registers, memory map.
     SOURCE may be a saved program (.qgpu) too."""
     from .saved import SUFFIX, SavedProgramError, save_program
+
+    if (arg_texts or as_json or block is not None or grid != (1, 1)) and not show_tokens:
+        raise click.UsageError("--arg, --block, --grid and --json go with --tokens")
+    if show_tokens and (show_ptx or output is not None):
+        raise click.UsageError("--tokens prints the launch's tokens: not with --ptx or -o")
+    if show_tokens:
+        values = [parse_value(text, f"--arg #{k}") for k, text in enumerate(arg_texts, start=1)]
+        compiled = _kernel(source, kernel, compiler)
+        _warn(compiled.warnings)
+        _print_tokens(compiled, bind_args(values, compiled.params, compiled.name), grid, block, as_json)
+        return
 
     if show_ptx:  # straight from the compiler, so it shows even where the lowering would fail
         if source.suffix == SUFFIX:
@@ -247,3 +269,22 @@ def compile_cmd(source: Path, kernel: str | None, compiler: str | None, show_ptx
         click.echo(f"saved kernel {compiled.name} ({len(compiled.program.blocks)} blocks) to {output}")
         return
     click.echo(format_kernel(compiled))
+
+
+def _print_tokens(compiled, args: list, grid: tuple[int, int], block: tuple[int, int] | None, as_json: bool) -> None:
+    """compile --tokens: the launch's tokens by block (gpu/token_budget.py)."""
+    from ..gpu.backend import SPEC
+    from ..gpu.program import block_format, check_supported, launch_shape
+    from ..gpu.token_budget import format_budget, token_budget
+    from .launch import build_image, default_block, for_format
+
+    k = for_format(compiled, block_format(SPEC))
+    grid, block = launch_shape(grid, block or default_block(args), SPEC)
+    check_supported(k.program, SPEC)
+    image = build_image(k, args, block)
+    budget = token_budget(image.program, image.memory, block, grid, SPEC)
+    if as_json:
+        click.echo(json.dumps({"kernel": compiled.name, "grid": list(grid), "block": list(block), **budget}))
+        return
+    click.echo(format_budget(budget, f"kernel {compiled.name}: the tokens of one launch on the GPU in the weights "
+                                     f"(block {block[0]}x{block[1]}, grid {grid[0]}x{grid[1]})"))
