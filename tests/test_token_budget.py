@@ -15,16 +15,9 @@ from qgpu_min.gpu.check import expected_tokens
 from qgpu_min.gpu.program import block_format, prompt_parts
 from qgpu_min.gpu.token_budget import token_budget
 from qgpu_min.host.launch import build_image, compile_kernel, for_format, launch
+from test_step_engine import BARRIER   # a barrier across warps in a grid of CTAs
 
 ROOT = Path(__file__).resolve().parent.parent
-BARRIER = """
-__global__ void rev(const int* x, int* y) {
-    __shared__ int buf[12];
-    int t = threadIdx.x, n = blockDim.x;
-    buf[t] = x[blockIdx.x * n + t] * 3 - 1;
-    __syncthreads();
-    y[blockIdx.x * n + t] = buf[n - 1 - t];
-}"""
 LAUNCHES = [(ROOT / "examples" / "dot.cu", [[1, 2, 3], [4, 5, 6], [0], 3], (1, 1), (3, 1)),
             (BARRIER, [list(range(-5, 13)), [0] * 18], (2, 1), (9, 1))]
 
