@@ -431,3 +431,5 @@ def test_lockstep_decode_is_each_launch_alone(gpu, mode):
     assert {len(g) for g in got} >= {1, 2, 7, 30}
     with pytest.raises(EngineError, match="distinct"):
         engine.decode_many([starts[0][0], starts[0][0]], [1, 1], rules, [3, 3])
+    with pytest.raises(EngineError, match="one token and one limit each"):
+        engine.decode_many([starts[0][0], starts[1][0]], [1, 1], rules, [3])

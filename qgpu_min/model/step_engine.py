@@ -494,7 +494,7 @@ class StepEngine:
         the layers together (qgpu_circuit_decode_batch; the products read each weight once for all of them).
         Sequence j's ids are exactly decode(states[j], tokens[j], rules, max_tokens[j])'s. The states must be
         distinct objects."""
-        if len({id(s) for s in states}) != len(states) or len(tokens) != len(states) != len(max_tokens):
+        if len({id(s) for s in states}) != len(states) or not len(tokens) == len(max_tokens) == len(states):
             raise EngineError("decode_many takes distinct states, one token and one limit each")
         self.model._check_ids(list(tokens))
         generated: list[list[int]] = [[] for _ in states]
