@@ -84,11 +84,12 @@ static void mlp_out(const qgpu_cmlp *L, mlp_ws w, float *h_out) {
             for (size_t j = 0; j < m; j++) w.act[j] = w.s[j] * w.p[j];
     }
     qgpu_csc_active(m, d, L->down_ptr, L->down_rows, L->down_vals, w.act, w.y, w.idx);
-    if (bf16) qgpu_round_bf16(w.y, d);
-    if (bf16)
+    if (bf16) {
+        qgpu_round_bf16(w.y, d);
         for (size_t i = 0; i < d; i++) h_out[i] = qgpu_bf16_round(w.h_mid[i] + w.y[i]);
-    else
+    } else {
         for (size_t i = 0; i < d; i++) h_out[i] = w.h_mid[i] + w.y[i];
+    }
 }
 
 static void cmlp_step(const qgpu_cmlp *L, const float *h, int add_zero, float *ws, float *h_out) {
@@ -344,11 +345,12 @@ static void gdn_mid(const qgpu_cgdn *L, float *conv_state, float *S, int32_t *cl
 }
 
 static void gdn_out(const qgpu_cgdn *L, const float *h, gdn_ws w, float *h_out) {
-    if (L->bf16) round_at(w.y, L->out_rows, L->n_out_rows);
-    if (L->bf16)
+    if (L->bf16) {
+        round_at(w.y, L->out_rows, L->n_out_rows);
         for (size_t i = 0; i < L->d; i++) h_out[i] = qgpu_bf16_round(h[i] + w.y[i]);
-    else
+    } else {
         for (size_t i = 0; i < L->d; i++) h_out[i] = h[i] + w.y[i];
+    }
 }
 
 static void cgdn_step(const qgpu_cgdn *L, const float *h, float *conv_state, float *S, int32_t *clean, float *ws,
@@ -482,6 +484,10 @@ static double bound_threshold(float best, int bf16) {
     return (double)best - ldexp(1.0, ilogb(best) - 6);
 }
 
+size_t qgpu_head_bound_work(const qgpu_head_bound *B) { /* xu [U], M, err, gap [K], fv [K, 16] */
+    return B->n_cols + (3 + BOUND_MAX_FIELDS) * B->n_kinds + 1;
+}
+
 int64_t qgpu_head_bound_argmax(const qgpu_head_bound *B, const float *x, int bf16, double *work, float *logits,
                                int *proved) {
     size_t U = B->n_cols, K = B->n_kinds;
@@ -600,8 +606,8 @@ void qgpu_circuit_prefill_batch(const qgpu_circuit *C, const qgpu_circuit_state 
     size_t d = C->d;
     float *h[QGPU_BATCH], *tmp[QGPU_BATCH];
     const qgpu_circuit_state *sts[QGPU_BATCH];
-    float *x = scratch + 2 * lanes * d, *xt = x + d;
     if (lanes > QGPU_BATCH) lanes = QGPU_BATCH;
+    float *x = scratch + 2 * lanes * d, *xt = x + d;
     for (size_t b = 0; b < lanes; b++) {
         h[b] = scratch + b * d;
         tmp[b] = scratch + (lanes + b) * d;
@@ -615,6 +621,14 @@ void qgpu_circuit_prefill_batch(const qgpu_circuit *C, const qgpu_circuit_state 
         last = nb - 1;
     }
     if (n) qgpu_circuit_final(C, h[last], x);
+}
+
+/* The argmax of set `set` after a step whose final hidden is x: the whole head's through the factor tables
+ * (set 0 with a bound), else the set's rows; -1 for a non-finite x. */
+static int64_t head_next(const qgpu_circuit *C, int32_t set, const float *x, double *bound_work, float *logits) {
+    int proved;
+    return C->bound && set == 0 ? qgpu_head_bound_argmax(C->bound, x, C->bf16, bound_work, logits, &proved)
+                                : qgpu_head_argmax(&C->sets[set], x, C->bf16, logits);
 }
 
 /* Floats of logits the decode loop needs (the largest set's rows, and the bounded argmax's whole head). */
@@ -641,9 +655,7 @@ int64_t qgpu_circuit_decode(const qgpu_circuit *C, const qgpu_circuit_state *st,
         qgpu_circuit_embed(C, token, h);
         qgpu_circuit_layers(C, st, h, ws, tmp);
         qgpu_circuit_final(C, h, x);
-        int proved;
-        int64_t next = C->bound && set == 0 ? qgpu_head_bound_argmax(C->bound, x, C->bf16, bound_work, logits, &proved)
-                                            : qgpu_head_argmax(&C->sets[set], x, C->bf16, logits);
+        int64_t next = head_next(C, set, x, bound_work, logits);
         if (next < 0) return -(int64_t)n - 1;
         out[n++] = next;
         token = next;
@@ -653,7 +665,7 @@ int64_t qgpu_circuit_decode(const qgpu_circuit *C, const qgpu_circuit_state *st,
 
 size_t qgpu_circuit_decode_batch_scratch(const qgpu_circuit *C) {
     size_t n = 3 * QGPU_BATCH * C->d + qgpu_circuit_xt(C) + qgpu_circuit_logits(C);
-    if (C->bound) n += 2 * (5 * C->bound->n_kinds + C->bound->n_cols + 16 * C->bound->n_kinds + 1);
+    if (C->bound) n += 2 * qgpu_head_bound_work(C->bound) + 1; /* doubles, after an even count of floats */
     return n;
 }
 
@@ -698,10 +710,7 @@ int64_t qgpu_circuit_decode_batch(const qgpu_circuit *C, const qgpu_circuit_stat
             size_t b = lane[i];
             int32_t set = C->next_set[tok[b]];
             qgpu_circuit_final(C, h[b], x[b]);
-            int proved;
-            int64_t next = C->bound && set == 0
-                               ? qgpu_head_bound_argmax(C->bound, x[b], C->bf16, bound_work, logits, &proved)
-                               : qgpu_head_argmax(&C->sets[set], x[b], C->bf16, logits);
+            int64_t next = head_next(C, set, x[b], bound_work, logits);
             if (next < 0) { /* a non-finite hidden: this sequence stops here, its x kept for the caller */
                 count[b] = -count[b] - 1;
                 continue;

@@ -253,9 +253,10 @@ typedef struct {
     qgpu_head_set whole, exact;
 } qgpu_head_bound;
 /* The first maximum of the whole head's logits for x (each logit its chunked bits; bf16: rounded), from the
- * tables where they prove it, else from every row. work: 5 K + U + K * 16 doubles; logits: V floats. Returns
+ * tables where they prove it, else from every row. work: qgpu_head_bound_work doubles; logits: V floats. Returns
  * the token id, or -1 when x holds a non-finite value (the dense product is the caller's). *proved: 1 when
  * the tables decided. */
+size_t qgpu_head_bound_work(const qgpu_head_bound *b);
 int64_t qgpu_head_bound_argmax(const qgpu_head_bound *b, const float *x, int bf16, double *work, float *logits,
                                int *proved);
 typedef struct {

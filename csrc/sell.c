@@ -77,6 +77,13 @@ void qgpu_sell_matvec(const qgpu_sell *a, const float *x, float *y) {
 /* The batched form: the inputs transposed, xt[col * QGPU_BATCH + b] = input b's column col, so one step of a
  * slice is, per lane r, a contiguous load of its column's QGPU_BATCH values and a multiply by the lane's
  * weight (no gather); each (row, input) pair is its own sum in the same order as qgpu_sell_matvec's. */
+/* A slice's sums, acc[lane][input], to their output rows (dest[lane] >= 0) of each of the nb inputs. */
+SELL_BODY void batch_store(const int32_t *dest, float acc[QGPU_SELL_LANES][QGPU_BATCH], size_t nb, float *const *y) {
+    for (int r = 0; r < QGPU_SELL_LANES; r++)
+        if (dest[r] >= 0)
+            for (size_t b = 0; b < nb; b++) y[b][dest[r]] = acc[r][b];
+}
+
 SELL_BODY void sell_batch_product(const qgpu_sell *a, const float *xt, size_t nb, float *const *y) {
     for (size_t s = 0; s < a->slices; s++) {
         float acc[QGPU_SELL_LANES][QGPU_BATCH];
@@ -90,10 +97,7 @@ SELL_BODY void sell_batch_product(const qgpu_sell *a, const float *xt, size_t nb
                 const float *x = xt + (size_t)c[r] * QGPU_BATCH;
                 for (int b = 0; b < QGPU_BATCH; b++) acc[r][b] = acc[r][b] + w * x[b];
             }
-        const int32_t *dest = a->dest + s * QGPU_SELL_LANES;
-        for (int r = 0; r < QGPU_SELL_LANES; r++)
-            if (dest[r] >= 0)
-                for (size_t b = 0; b < nb; b++) y[b][dest[r]] = acc[r][b];
+        batch_store(a->dest + s * QGPU_SELL_LANES, acc, nb, y);
     }
 }
 
@@ -134,10 +138,7 @@ __attribute__((target("avx2"))) static void sell_batch_avx2(const qgpu_sell *a, 
         _mm256_storeu_ps(out[5], acc5);
         _mm256_storeu_ps(out[6], acc6);
         _mm256_storeu_ps(out[7], acc7);
-        const int32_t *dest = a->dest + s * QGPU_SELL_LANES;
-        for (int r = 0; r < QGPU_SELL_LANES; r++)
-            if (dest[r] >= 0)
-                for (size_t b = 0; b < nb; b++) y[b][dest[r]] = out[r][b];
+        batch_store(a->dest + s * QGPU_SELL_LANES, out, nb, y);
     }
 }
 #endif

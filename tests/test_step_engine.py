@@ -390,7 +390,7 @@ def test_batched_sell_product_gives_each_input_its_own_bits(isa, nb):
 
 
 @pytest.mark.parametrize("mode", ["fp32", "bf16"])
-def test_batched_prefill_is_the_token_by_token_prefill(gpu, mode, monkeypatch):
+def test_batched_prefill_is_the_token_by_token_prefill(gpu, mode):
     """Eight prompt tokens a call through each layer (one state, in order) leave the state and the last
     hidden that one token a call leaves, for prompts whose length is not a multiple of the batch."""
     from qgpu_min.model import step_engine
@@ -400,12 +400,13 @@ def test_batched_prefill_is_the_token_by_token_prefill(gpu, mode, monkeypatch):
         ids = (prompt + gen)[:-3]
         batched = model.new_state()
         x = engine.prefill(batched, ids)
-        monkeypatch.setattr(step_engine, "BATCH", 1)
         alone = model.new_state()
-        y = engine.prefill(alone, ids)
-        monkeypatch.undo()
+        y = engine.prefill(alone, ids, lanes=1)
         assert np.array_equal(_bits(x), _bits(y))
         _same_state(batched, alone)
+    for lanes in (0, step_engine.BATCH + 1):
+        with pytest.raises(EngineError, match="tokens a call"):
+            engine.prefill(model.new_state(), ids, lanes=lanes)
 
 
 @pytest.mark.parametrize("mode", ["fp32", "bf16"])

@@ -54,14 +54,10 @@ def bench_prefill(engine, model, ids: np.ndarray, repeat: int) -> dict:
     for _ in range(repeat):
         out = {}
         for lanes in (batch, 1):
-            step_engine.BATCH = lanes
-            try:
-                state = model.new_state()
-                t0 = time.perf_counter()
-                x = engine.prefill(state, ids)
-                times[lanes].append(time.perf_counter() - t0)
-            finally:
-                step_engine.BATCH = batch
+            state = model.new_state()
+            t0 = time.perf_counter()
+            x = engine.prefill(state, ids, lanes=lanes)
+            times[lanes].append(time.perf_counter() - t0)
             out[lanes] = (x, state)
         ok &= np.array_equal(out[batch][0].view(np.uint32), out[1][0].view(np.uint32))
         ok &= same_state(out[batch][1], out[1][1])

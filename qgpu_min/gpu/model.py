@@ -12,6 +12,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -24,7 +25,7 @@ from ..circuit.ir import MemOp
 from ..circuit.margin import static_check
 from ..circuit.run import Readout, circuit_model, embedding_rows, read_rows, readout, row_words
 from ..model import kernels
-from ..model.forward import Model
+from ..model.forward import Model, State
 from ..model.head_bound import factor_tables, tables_arrays, tables_from_arrays
 from ..model.kernels_ref import ChunkedBF16
 from ..model.step_engine import Rules, StepEngine
@@ -295,7 +296,7 @@ def run_launch(cg: CompiledGpu | MergedGpu, prompt: list[Token], mode: str = "fp
         if not _goes_on(generated, max_generated):
             break
         logits = model.decode(state, cg.token_id(generated[-1]), token_subset=subset)
-    return ModelRun(prompt, generated, row_words(read_rows(cg.data, state.recurrent)), reused)
+    return _result(cg, prompt, generated, state, reused)
 
 
 def run_engine(cg: CompiledGpu, prompt: list[Token], mode: str = "fp32", max_generated: int = 100000,
@@ -306,12 +307,8 @@ def run_engine(cg: CompiledGpu, prompt: list[Token], mode: str = "fp32", max_gen
     call, so the callback sees the state after each; where on_token has next_state_read(i) (the next token
     whose call reads the state, None: none does), it gets None for the state before that token, and the
     tokens up to it are decoded in one call."""
-    engine, model = cg.engine(mode), cg.model(mode)
-    rules = cg.launch_rules(mode)
-    ids = [cg.token_id(t) for t in prompt]
-    state, reused = load_state(cg, model, mode, ids[:load_len], engine.prefill) if load_len \
-        else (model.new_state(), 0)
-    generated = [cg.token_at(engine.first(state, ids[load_len:], rules))]
+    engine, rules = cg.engine(mode), cg.launch_rules(mode)
+    state, reused, generated = _engine_start(cg, mode, prompt, load_len)
     next_read = getattr(on_token, "next_state_read", lambda i: i)
     seen = 0                                       # tokens handed to on_token so far
     while True:
@@ -328,14 +325,14 @@ def run_engine(cg: CompiledGpu, prompt: list[Token], mode: str = "fp32", max_gen
         generated += [cg.token_at(i) for i in engine.decode(state, cg.token_id(generated[-1]), rules, want)]
         if on_token is None and not _goes_on(generated, max_generated):
             break
-    return ModelRun(prompt, generated, row_words(read_rows(cg.data, state.recurrent)), reused)
+    return _result(cg, prompt, generated, state, reused)
 
 
 def run_launches(cg: CompiledGpu | MergedGpu, prompts: list[list[Token]], mode: str = "fp32",
                  max_generated: int = 100000, load_lens: list[int] | None = None) -> list[ModelRun]:
-    """Several independent launches: on the circuit-only model each on the step engine, as many at once as
-    the core has threads (kernels.threads(); each launch is one C call that releases the GIL); through a
-    merged checkpoint decoded together, every step feeding each unfinished launch's token through one
+    """Several independent launches: on the circuit-only model on the step engine, in one group per thread of
+    the core (kernels.threads()), each group decoded in lockstep (_engine_batch); through a merged checkpoint
+    decoded together, every step feeding each unfinished launch's token through one
     Model.decode_batch (one pass over the weights for the whole batch). Launch j's tokens and memory are
     exactly run_launch's for prompts[j] alone (the engine's steps and decode_batch's rows are decode's, bit
     for bit)."""
@@ -351,20 +348,15 @@ def run_launches(cg: CompiledGpu | MergedGpu, prompts: list[list[Token]], mode: 
     while active:
         going = []
         for row, j in enumerate(active):
-            try:
+            with _named_in_batch(j, len(prompts)):
                 _take(cg, logits[row], subset, generated[j])
                 if _goes_on(generated[j], max_generated):
                     going.append(j)
-            except GpuLaunchError as e:       # say which launch of the batch (the error keeps its type)
-                e.in_batch = f"launch {j} of {len(prompts)}: "
-                e.args = (f"{e.in_batch}{e}",)
-                raise
         active = going
         if active:
             logits = model.decode_batch([states[j] for j in active], [cg.token_id(generated[j][-1]) for j in active],
                                         token_subset=subset)
-    return [ModelRun(p, g, row_words(read_rows(cg.data, st.recurrent)), r)
-            for p, g, st, (_, r, _) in zip(prompts, generated, states, starts)]
+    return [_result(cg, p, g, st, r) for p, g, st, (_, r, _) in zip(prompts, generated, states, starts)]
 
 
 def _engine_batch(cg: CompiledGpu, prompts: list[list[Token]], mode: str, max_generated: int,
@@ -390,20 +382,14 @@ def _engine_group(cg: CompiledGpu, prompts: list[list[Token]], js: list[int], mo
     """run_engine for the launches js together: each prefilled alone, then decoded in lockstep
     (StepEngine.decode_many: one pass over each layer's weights per step for all of them). Launch j's tokens
     and state are run_engine's for it alone."""
-    engine, model, rules = cg.engine(mode), cg.model(mode), cg.launch_rules(mode)
+    engine, rules = cg.engine(mode), cg.launch_rules(mode)
     states, reused, generated = {}, {}, {}
 
     def goes_on(j: int) -> bool:
-        try:
+        with _named_in_batch(j, len(prompts)):
             return _goes_on(generated[j], max_generated)
-        except GpuLaunchError as e:       # say which launch of the batch (the error keeps its type)
-            e.in_batch = f"launch {j} of {len(prompts)}: "
-            e.args = (f"{e.in_batch}{e}",)
-            raise
     for j in js:
-        ids, n = [cg.token_id(t) for t in prompts[j]], load_lens[j]
-        states[j], reused[j] = load_state(cg, model, mode, ids[:n], engine.prefill) if n else (model.new_state(), 0)
-        generated[j] = [cg.token_at(engine.first(states[j], ids[n:], rules))]
+        states[j], reused[j], generated[j] = _engine_start(cg, mode, prompts[j], load_lens[j])
     going = [j for j in js if goes_on(j)]
     while going:
         new = engine.decode_many([states[j] for j in going], [cg.token_id(generated[j][-1]) for j in going], rules,
@@ -411,8 +397,33 @@ def _engine_group(cg: CompiledGpu, prompts: list[list[Token]], js: list[int], mo
         for j, ids in zip(going, new):
             generated[j] += [cg.token_at(i) for i in ids]
         going = [j for j in going if goes_on(j)]
-    return {j: ModelRun(prompts[j], generated[j], row_words(read_rows(cg.data, states[j].recurrent)), reused[j])
-            for j in js}
+    return {j: _result(cg, prompts[j], generated[j], states[j], reused[j]) for j in js}
+
+
+def _engine_start(cg: CompiledGpu, mode: str, prompt: list[Token], load_len: int):
+    """A launch on the engine after its prompt (the load part taken up when kept): (state, prompt tokens
+    taken up, [its first generated token])."""
+    engine, model = cg.engine(mode), cg.model(mode)
+    ids = [cg.token_id(t) for t in prompt]
+    state, reused = load_state(cg, model, mode, ids[:load_len], engine.prefill) if load_len \
+        else (model.new_state(), 0)
+    return state, reused, [cg.token_at(engine.first(state, ids[load_len:], cg.launch_rules(mode)))]
+
+
+@contextmanager
+def _named_in_batch(j: int, n: int):
+    """A GpuLaunchError raised inside says which launch of the batch it is about (it keeps its type)."""
+    try:
+        yield
+    except GpuLaunchError as e:
+        e.in_batch = f"launch {j} of {n}: "
+        e.args = (f"{e.in_batch}{e}",)
+        raise
+
+
+def _result(cg, prompt: list[Token], generated: list[Token], state: State, reused: int) -> ModelRun:
+    """A finished launch: its tokens and the data memory read from its state."""
+    return ModelRun(prompt, generated, row_words(read_rows(cg.data, state.recurrent)), reused)
 
 
 def _start(cg, model: Model, mode: str, prompt: list[Token], load_len: int, subset):

@@ -114,11 +114,6 @@ def program_from_bytes(data: bytes, where: str = "saved program") -> CompiledKer
                             fields["source_name"])
     except QgpuError as e:
         raise bad(f"its PTX does not lower on this machine: {e}") from None
-    if k.name != fields["name"] or [list((p.name, p.kind, p.signed, p.elem_bytes)) for p in k.params] != params:
+    if k.name != fields["name"] or _kernel_fields(k)["params"] != params:
         raise bad("damaged: its PTX's kernel or parameters are not the ones it names")
     return k
-
-
-def is_saved_program(path: str | Path) -> bool:
-    return Path(path).suffix == SUFFIX
-

@@ -17,7 +17,7 @@ row. The state's arrays are the Model's own (State), so the two paths can take t
 from __future__ import annotations
 
 import threading
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -394,25 +394,32 @@ class StepEngine:
             with self._lock:
                 self._pool.extend(taken)
 
+    @contextmanager
+    def _bound(self, state: State):
+        """The state's C view (bind) for one call, its zero set handed in and the layers the call wrote
+        taken out of it afterwards. One state is used by one thread at a time."""
+        c, zero, _ = self.bind(state)
+        zero[:] = [i in state.zero for i in range(self.n)]
+        try:
+            yield c
+        finally:
+            state.zero.difference_update(np.flatnonzero(zero == 0).tolist())
+
     def _run(self, state: State, fn, lanes: int = 1) -> object:
         """fn(circuit state, workspace pointers) with `lanes` workspaces (one: its pointer array; several: an
-        array of theirs, for the batched calls), State's zero set kept in step. One state is used by one
-        thread at a time; different states may run at once."""
-        with self._workspaces(lanes) as taken:
-            c, zero, _ = self.bind(state)
-            zero[:] = [i in state.zero for i in range(self.n)]
-            ws = taken[0][1] if lanes == 1 else ffi.new("float **[]", [w[1] for w in taken])
-            try:
-                return fn(c, ws)
-            finally:
-                state.zero.difference_update(np.flatnonzero(zero == 0).tolist())
+        array of theirs, for the batched calls). Different states may run at once on several threads."""
+        with self._workspaces(lanes) as taken, self._bound(state) as c:
+            return fn(c, taken[0][1] if lanes == 1 else ffi.new("float **[]", [w[1] for w in taken]))
 
-    def prefill(self, state: State, token_ids) -> np.ndarray:
+    def prefill(self, state: State, token_ids, lanes: int = BATCH) -> np.ndarray:
         """Feed the tokens through every layer (no head); returns the final-normed hidden of the last, f32 [d].
-        Up to BATCH tokens go through each layer together (qgpu_circuit_prefill_batch: the same bits)."""
+        Up to `lanes` (<= BATCH) tokens go through each layer together (qgpu_circuit_prefill_batch: the same
+        bits as one token a call, lanes=1)."""
+        if not 1 <= lanes <= BATCH:
+            raise EngineError(f"prefill takes 1 to {BATCH} tokens a call, not {lanes}")
         ids = np.ascontiguousarray(self.model._check_ids(token_ids), np.int64)
         circuit, keep = self._circuit(None)
-        lanes = min(BATCH, ids.size)
+        lanes = min(lanes, ids.size)
         if lanes <= 1:
             scratch = np.empty(3 * self.d, np.float32)
             self._run(state, lambda c, ws: lib.qgpu_circuit_prefill(
@@ -458,6 +465,12 @@ class StepEngine:
             return int(ids[int(np.argmax(self.model._apply_head(self.model._head(ids), x)))]), False
         return int(best), bool(proved is not None and proved[0])
 
+    def _dense_next(self, state: State, x: np.ndarray, rules: "Rules", prev: int) -> int:
+        """After a step whose final hidden x was not finite (its layers ran: the state has the token), the
+        argmax as the head gives it there: the dense product's (argmax)."""
+        state.pos += 1
+        return self.argmax(x.copy(), rules, int(rules.next_set[prev]))
+
     def decode(self, state: State, token: int, rules: "Rules", max_tokens: int) -> list[int]:
         """Feed `token`, then each argmax of the head over the set rules name after the token just fed,
         until a stop token or max_tokens generated tokens; returns the generated ids (the last one not fed,
@@ -479,10 +492,8 @@ class StepEngine:
                     break                     # a stop token
                 token = generated[-1]         # the chunk is full: go on from its last token
                 continue
-            # this step's final hidden was not finite: its layers ran, its head is the dense product's
-            state.pos += 1
-            prev = generated[-1] if generated else token
-            generated.append(self.argmax(scratch[2 * self.d:3 * self.d].copy(), rules, int(rules.next_set[prev])))
+            generated.append(self._dense_next(state, scratch[2 * self.d:3 * self.d], rules,
+                                              generated[-1] if generated else token))
             token = generated[-1]
             if rules.next_set[token] < 0:
                 break
@@ -500,42 +511,31 @@ class StepEngine:
         generated: list[list[int]] = [[] for _ in states]
         going = [j for j in range(len(states)) if max_tokens[j] > 0]
         circuit, keep = self._circuit(rules)
+        scratch = np.empty(int(lib.qgpu_circuit_decode_batch_scratch(circuit)) + 2, np.float32)
         while going:
             group = going[:BATCH]
             want = [min(max_tokens[j] - len(generated[j]), DECODE_CHUNK) for j in group]
             outs = [np.empty(max(1, w), np.int64) for w in want]
             count = np.zeros(len(group), np.int64)
-            limits = np.asarray(want, np.int64)
-            scratch = np.empty(int(lib.qgpu_circuit_decode_batch_scratch(circuit)) + 2, np.float32)
             first = [generated[j][-1] if generated[j] else tokens[j] for j in group]
-            bound = [self.bind(states[j]) for j in group]
-            zeros = [(b[1], states[j]) for b, j in zip(bound, group)]
-            for z, st in zeros:
-                z[:] = [i in st.zero for i in range(self.n)]
-
-            def call(ws):
-                return lib.qgpu_circuit_decode_batch(
-                    circuit, ffi.new("qgpu_circuit_state *[]", [b[0] for b in bound]), len(group),
-                    ffi.new("int64_t[]", first), ws, ffi.from_buffer("float[]", scratch),
+            with ExitStack() as held:
+                bound = [held.enter_context(self._bound(states[j])) for j in group]
+                taken = held.enter_context(self._workspaces(len(group)))
+                lib.qgpu_circuit_decode_batch(
+                    circuit, ffi.new("qgpu_circuit_state *[]", bound), len(group), ffi.new("int64_t[]", first),
+                    ffi.new("float **[]", [w[1] for w in taken]), ffi.from_buffer("float[]", scratch),
                     ffi.new("int64_t *[]", [ffi.from_buffer("int64_t[]", o) for o in outs]),
-                    ffi.from_buffer("int64_t[]", limits), ffi.from_buffer("int64_t[]", count))
-            try:
-                with self._workspaces(len(group)) as taken:
-                    call(ffi.new("float **[]", [w[1] for w in taken]))
-            finally:
-                for z, st in zeros:
-                    st.zero.difference_update(np.flatnonzero(z == 0).tolist())
+                    ffi.new("int64_t[]", want), ffi.from_buffer("int64_t[]", count))
             later = []
             for k, j in enumerate(group):
                 n = int(count[k])
                 fed = n if n >= 0 else -n - 1
                 generated[j].extend(outs[k][:fed].tolist())
                 states[j].pos += fed
-                if n < 0:      # a non-finite hidden: its head is the dense product's, as decode's
-                    x = scratch[(2 * BATCH + k) * self.d:(2 * BATCH + k + 1) * self.d].copy()
-                    states[j].pos += 1
-                    prev = generated[j][-1] if generated[j] else first[k]
-                    generated[j].append(self.argmax(x, rules, int(rules.next_set[prev])))
+                if n < 0:
+                    generated[j].append(self._dense_next(states[j], scratch[(2 * BATCH + k) * self.d:
+                                                                            (2 * BATCH + k + 1) * self.d], rules,
+                                                         generated[j][-1] if generated[j] else first[k]))
                 last = generated[j][-1] if generated[j] else None
                 if last is not None and rules.next_set[last] >= 0 and len(generated[j]) < max_tokens[j]:
                     later.append(j)
@@ -575,5 +575,5 @@ class Rules:
 
     @property
     def work(self) -> int:
-        """Doubles of the bounded argmax's workspace."""
-        return self.tables.cols.size + 19 * len(self.tables.kinds) + 1 if self.bound is not None else 0
+        """Doubles of the bounded argmax's workspace (qgpu_head_bound_work)."""
+        return int(lib.qgpu_head_bound_work(self.bound)) if self.bound is not None else 0
