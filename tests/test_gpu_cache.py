@@ -128,8 +128,7 @@ def _empty(path: Path) -> None:
 
 def _rewrite(path: Path, change) -> None:
     """Re-save the entry's arrays after change(arrays): a file that reads fine but holds other contents."""
-    with np.load(path, allow_pickle=False) as z:
-        arrays = {n: z[n] for n in z.files}
+    arrays = dict(cache.load_arrays(path))
     change(arrays)
     path.unlink()
     cache.write_entry(path, arrays)
@@ -198,13 +197,12 @@ def test_bad_entry_is_rebuilt(cold, fresh, tmp_path, monkeypatch, capsys, kind):
 
 
 def test_failed_write_leaves_nothing(cold, tmp_path, monkeypatch):
-    with np.load(_entry(cold[0]), allow_pickle=False) as z:
-        arrays = {n: z[n] for n in z.files}
+    arrays = cache.load_arrays(_entry(cold[0]))
 
     def broken(f, **kw):
         f.write(b"PK partial")
         raise OSError("disk full")
-    monkeypatch.setattr(np, "savez_compressed", broken)
+    monkeypatch.setattr(np, "savez", broken)
     with pytest.raises(OSError, match="disk full"):
         cache.write_entry(tmp_path / "x.npz", arrays)
     assert list(tmp_path.iterdir()) == []
@@ -223,8 +221,7 @@ def test_concurrent_writers_and_readers(cold, tmp_path):
     """Writers racing on one entry while a reader polls it: the reader only ever sees no entry or a whole
     one, and the entry left is whole."""
     src = _entry(cold[0])
-    with np.load(src, allow_pickle=False) as z:
-        arrays = {n: z[n] for n in z.files}
+    arrays = cache.load_arrays(src)
     path = tmp_path / src.name
     errors: list[BaseException] = []
     done = threading.Event()

@@ -25,6 +25,8 @@ from pathlib import Path
 
 from qgpu_min.errors import QgpuError
 
+from . import ptx_cache
+
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 PRELUDE = INCLUDE_DIR / "qgpu_prelude.h"
 TEXT_SOURCE_NAME = "kernel.cu"      # the file name CUDA source text is compiled under (errors name it)
@@ -223,11 +225,41 @@ def compile_to_ptx(source: str | Path, compiler: str | Compiler | None = None) -
         return PtxResult(text, "ptx input", ptx_address_size(text))
     if path is None and _looks_like_ptx(str(source)):
         return PtxResult(str(source), "ptx input", ptx_address_size(str(source)))
+    kept = _cache_key(source, path, compiler)
+    if kept is not None and (hit := ptx_cache.load(kept)) is not None:
+        return PtxResult(**hit)
     chosen = compiler if isinstance(compiler, Compiler) else find_compiler(compiler)
     with tempfile.TemporaryDirectory(prefix="qgpu-cuda-") as tmp:
         workdir = Path(tmp)
         if path is not None:
-            return _run(chosen, str(path), workdir, cwd=None)
-        # source text: compile it as kernel.cu from inside the temp dir, so diagnostics say kernel.cu
-        (workdir / TEXT_SOURCE_NAME).write_text(str(source))
-        return _run(chosen, TEXT_SOURCE_NAME, workdir, cwd=workdir)
+            result = _run(chosen, str(path), workdir, cwd=None)
+        else:
+            # source text: compile it as kernel.cu from inside the temp dir, so diagnostics say kernel.cu
+            (workdir / TEXT_SOURCE_NAME).write_text(str(source))
+            result = _run(chosen, TEXT_SOURCE_NAME, workdir, cwd=workdir)
+    if kept is not None:
+        ptx_cache.store(kept, {"text": result.text, "compiler": result.compiler,
+                               "address_size": result.address_size, "diagnostics": result.diagnostics})
+    return result
+
+
+def _cache_key(source: str | Path, path: Path | None, compiler: str | Compiler | None) -> str | None:
+    """The PTX cache's key for this compile (ptx_cache.py), or None when it is not to be cached."""
+    if not ptx_cache.enabled():
+        return None
+    if isinstance(compiler, Compiler):
+        argvs = [compiler.argv]
+    elif setting := (compiler or os.environ.get(ENV_VAR) or None):
+        found = _zig_argv() if setting in ("zig", "ziglang") else (shutil.which(setting),)
+        argvs = [found] if found and found[0] else []
+    else:
+        argvs = [argv for argv, _ in _candidates()]
+    who = ptx_cache.fingerprint(argvs)
+    if who is None:
+        return None
+    try:
+        text = path.read_text(encoding="utf-8") if path is not None else str(source)
+    except (OSError, ValueError):
+        return None
+    flags = clang_flags(Path("<no-cuda>")) + ["|"] + nvcc_flags()
+    return ptx_cache.key(text, str(path) if path is not None else TEXT_SOURCE_NAME, flags, who, INCLUDE_DIR)

@@ -1,7 +1,8 @@
 """Expansions of integer operations the ISA lacks: division, bit counts, bit reversal.
 
-Division by a variable is a shift-subtract loop, one block per step, over the dividend's significant
-bits (its leading zeros are skipped first; all 32 steps for a zero divisor). Its results for a zero
+Division by a variable is a restoring loop, one step per quotient bit: a binary search finds how far the
+divisor shifts up under the dividend, then each step subtracts the shifted divisor where it fits and
+shifts it back down by one (a remainder's step is one block of the GPU's format). Its results for a zero
 divisor (PTX leaves them unspecified) are: unsigned x / 0 = 0xFFFFFFFF, x % 0 = x; signed x / 0 = -1
 for x >= 0 and 1 for x < 0, x % 0 = x. A constant zero divisor takes the same loop. INT_MIN / -1 =
 INT_MIN and INT_MIN % -1 = 0 (wrapping). Division by a constant uses a multiply by a magic number
@@ -59,45 +60,53 @@ def sdiv_const(lw, n: str, d: int) -> str:
     return _apply_sign(lw, q, s)
 
 
-def divmod_loop(lw, n: str, d: str, signed: bool) -> tuple[str, str]:
-    """(quotient, remainder) by a 32-iteration restoring division loop."""
+def divmod_loop(lw, n: str, d: str, signed: bool, want_rem: bool) -> str:
+    """n / d (want_rem False) or n % d by a restoring division loop over the quotient's bits only."""
     if signed:
         an, sn = _abs(lw, n)
         ad, sd = _abs(lw, d)
-        q, r = divmod_loop(lw, an, ad, signed=False)
-        sq = lw.emit("XOR", lw.tmp(), sn, sd)
-        return _apply_sign(lw, q, sq), _apply_sign(lw, r, sn)
-    qn = lw.emit("ADD", lw.tmp(), n, 0)         # dividend bits shift out at the top, quotient bits in
-    r = lw.emit("ADD", lw.tmp(), RZ, 0)
-    i = lw.emit("ADD", lw.tmp(), RZ, 32)
-    # skip the dividend's leading zeros (binary search): small dividends take few steps. Not for a
-    # zero divisor, whose every step yields a quotient bit of 1.
-    nonzero = lw.emit("SNE", lw.tmp(), d, 0)
-    t, z = lw.tmp(), lw.tmp()
+        u = divmod_loop(lw, an, ad, False, want_rem)
+        return _apply_sign(lw, u, sn if want_rem else lw.emit("XOR", lw.tmp(), sn, sd))
+    # k = the largest shift with d << k <= n, by a binary search (d << (k + s) <= n is d <= n >> (k + s), free
+    # of overflow; k stays small: one write-back token), then one step per quotient bit, k down to 0: the
+    # remainder r loses d << k where it can (r - (d << k) where r >= d << k; below, it wraps above r, so MINU
+    # picks the right one). A zero divisor ends with k = 31; its steps subtract nothing.
+    r = lw.emit("ADD", lw.tmp(), n, 0)
+    k, ks, t, c = lw.emit("ADD", lw.tmp(), RZ, 0), lw.tmp(), lw.tmp(), lw.tmp()
     for s in (16, 8, 4, 2, 1):
-        lw.emit("SHR", t, qn, 32 - s)
-        lw.emit("SEQ", z, t, 0)
-        lw.emit("AND", z, z, nonzero)
-        lw.emit("SHL", z, z, s.bit_length() - 1)
-        lw.emit("SHL", qn, qn, z)
-        lw.emit("SUB", i, i, z)
+        lw.emit("ADD", ks, k, s)
+        lw.emit("SHR", t, n, ks)
+        lw.emit("SLTU", c, t, d)        # d in the immediate's place: a parameter divisor folds in
+        lw.emit("SEL", k, c, k, c=ks)
     loop, done = lw.new_label(), lw.new_label()
+    if want_rem:                        # the remainder shifts d in each step and carries only r and k
+        lw.jmp(loop)
+        lw.label(loop)
+        dd = lw.emit("SHL", lw.tmp(), d, k)
+        s = lw.emit("SUB", lw.tmp(), r, dd)
+        lw.emit("MINU", r, r, s)
+        more = lw.emit("SNE", lw.tmp(), k, 0)
+        lw.emit("SUB", k, k, 1)
+        lw.br(more, loop, done)
+        lw.label(done)
+        return r
+    # the quotient carries dd = d << k (one op a step fewer) and shifts its bits in at the bottom of q;
+    # x / 0 = 0xFFFFFFFF: q starts at -1 and its one step (dd = 0 = d) shifts in a 1
+    dd = lw.emit("SHL", lw.tmp(), d, k)
+    q = lw.emit("SEQ", lw.tmp(), d, 0)
+    lw.emit("SUB", q, RZ, q)
     lw.jmp(loop)
     lw.label(loop)
-    top = lw.emit("SHR", lw.tmp(), r, 31)
-    lw.emit("SHL", r, r, 1)
-    nb = lw.emit("SHR", lw.tmp(), qn, 31)
-    lw.emit("SHL", qn, qn, 1)
-    lw.emit("OR", r, r, nb)
-    ge = lw.emit("SLEU", lw.tmp(), d, r)
-    lw.emit("OR", ge, ge, top)
-    t = lw.emit("SEL", lw.tmp(), ge, d, c=RZ)
-    lw.emit("SUB", r, r, t)
-    lw.emit("OR", qn, qn, ge)
-    lw.emit("SUB", i, i, 1)
-    lw.br(i, loop, done)
+    ge = lw.emit("SLEU", lw.tmp(), dd, r)
+    lw.emit("ADD", q, q, q)
+    lw.emit("OR", q, q, ge)
+    s = lw.emit("SUB", lw.tmp(), r, dd)
+    lw.emit("MINU", r, r, s)
+    more = lw.emit("SNE", lw.tmp(), dd, d)
+    lw.emit("SHR", dd, dd, 1)
+    lw.br(more, loop, done)
     lw.label(done)
-    return qn, r
+    return q
 
 
 def popc(lw, x: str) -> str:

@@ -580,8 +580,7 @@ class Lowerer(WideOps, BitOps, MemOps):
             else:
                 self.mov(d, q)
             return
-        q, r = divmod_loop(self, a, self.reg(b), signed)
-        self.mov(d, r if want_rem else q)
+        self.mov(d, divmod_loop(self, a, self.reg(b), signed, want_rem))
 
     def _shift(self, ins: Instr, left: bool) -> None:
         kind, w, d, a, b = self._binop(ins)

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..machine.isa import ALU_OPS
 from .lower_cfg import BB, dominators, natural_loops
 from .lower_ir import RZ, V
+from .lower_opt import COMMUTATIVE
 
 
 def constant_def(v: V) -> bool:
@@ -51,14 +53,21 @@ def rematerialise(blocks: dict[str, BB]) -> int:
                 grew = True
     if not consts:
         return 0
+    loops = natural_loops(blocks, dom)
     copies = 0
     for name, b in blocks.items():
         seq = b.ops + [b.term]
+        # in a loop of one basic block (a division's steps, say) a copy that no immediate absorbs takes a
+        # slot on every trip and may split the block in two, while the register costs one write-back before
+        # the loop: there, copy only what folds (in longer loops the kept register's pressure cost more)
+        kept = {r for r in consts if name in loops and loops[name] == {name} and consts[r][0] != name
+                and not all(_folds(v, r) for v in seq if r in V.uses(v))}
         rename: dict[str, str] = {}
         out: list[V] = []
         for v in seq:
             for r in V.uses(v):
-                if r in consts and r not in rename and consts[r][0] != name and consts[r][0] in dom[name]:
+                if r in consts and r not in rename and r not in kept and consts[r][0] != name \
+                        and consts[r][0] in dom[name]:
                     fresh = f"{r}@{name}"
                     rename[r] = fresh
                     out.append(replace(consts[r][1], d=fresh))
@@ -69,6 +78,13 @@ def rematerialise(blocks: dict[str, BB]) -> int:
                 out.append(v)
         b.ops = out
     return copies
+
+
+def _folds(v: V, r: str) -> bool:
+    """Whether constant propagation (lower_opt) can turn this read of r into v's immediate."""
+    if v.op not in ALU_OPS or v.op in ("S2R", "NOP") or v.bimm or v.c == r:
+        return False
+    return (v.b == r and v.a != r) or (v.a == r and v.b != r and v.op in COMMUTATIVE)
 
 
 def _known_key(v: V) -> tuple | None:

@@ -499,8 +499,9 @@ def _csr_rows(w: SparseBF16, rows: np.ndarray) -> SparseBF16:
     counts = (w.indptr[rows + 1] - w.indptr[rows]).astype(np.int64)
     indptr = np.zeros(rows.shape[0] + 1, np.int64)
     np.cumsum(counts, out=indptr[1:])
-    take = (np.concatenate([np.arange(w.indptr[r], w.indptr[r + 1]) for r in rows]).astype(np.int64)
-            if rows.shape[0] else np.zeros(0, np.int64))
+    # entry j of the result is entry (j - indptr[row]) of its source row: one arange shifted per row
+    take = np.arange(int(indptr[-1]), dtype=np.int64) + np.repeat(w.indptr[rows].astype(np.int64) - indptr[:-1],
+                                                                   counts)
     return SparseBF16((int(rows.shape[0]), w.shape[1]), indptr, w.indices[take].copy(), w.values[take].copy())
 
 
