@@ -365,6 +365,21 @@ class DerivedStore:
             _warn(f"could not write the GPU cache file {path} ({e}); it is made again next time")
         return made
 
+    def prune(self, prefix: str, keep: int) -> None:
+        """Remove all but the `keep` newest derived files <key>.<prefix>*.npz (one another process removed
+        first, or cannot be removed, is left alone)."""
+        def age(p: Path) -> tuple[int, str]:
+            try:
+                return p.stat().st_mtime_ns, p.name
+            except OSError:
+                return 0, p.name
+        files = sorted(Path(self.cache_dir).glob(f"{self.key}.{prefix}*.npz"), key=age)
+        for old in files[:max(0, len(files) - keep)]:
+            try:
+                old.unlink()
+            except OSError:
+                pass
+
 
 def _coo_of(arrays: dict[str, np.ndarray], prefix: str) -> Coo:
     """A Coo holding the stored CSR matrix as one bulk block: to_sparse gives back the stored matrix bit for

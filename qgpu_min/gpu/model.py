@@ -29,6 +29,7 @@ from ..model.forward import Model, State
 from ..model.head_bound import factor_tables, tables_arrays, tables_from_arrays
 from ..model.kernels_ref import ChunkedBF16
 from ..model.step_engine import Rules, StepEngine
+from . import kept_state
 from .core import GpuCircuit, build
 from .layout import GpuSpec
 from .program import GpuLaunchError
@@ -258,13 +259,39 @@ def load_state(cg: CompiledGpu | MergedGpu, model: Model, mode: str, load: list[
             cg.loaded.move_to_end(key)
     if kept is not None:
         return copy.deepcopy(kept), len(load)
-    state = model.new_state()
-    (feed or model.prefill)(state, load)
+    state, reused = _from_disk(cg, model, mode, load, feed)
+    if state is None:
+        state = model.new_state()
+        (feed or model.prefill)(state, load)
     with _LOADED_LOCK:
         cg.loaded[key] = copy.deepcopy(state)
         while len(cg.loaded) > LOADED_KEPT:
             cg.loaded.popitem(last=False)
-    return state, 0
+    return state, reused
+
+
+def _from_disk(cg: CompiledGpu | MergedGpu, model: Model, mode: str, load: list[int], feed) -> tuple[State | None, int]:
+    """The loaded state from the file beside the cache entry (gpu/kept_state.py), or fed now and written there;
+    (None, 0) where cg has no cache entry or the state cannot be kept."""
+    store = getattr(cg, "store", None)
+    if store is None:
+        return None, 0
+    fed: list[State] = []
+
+    def make() -> dict:
+        state = model.new_state()
+        (feed or model.prefill)(state, load)
+        fed.append(state)
+        return kept_state.state_arrays(state) if kept_state.keepable(state) else {}
+    arrays = store(kept_state.name(mode, load), make)
+    if fed:
+        if hasattr(store, "prune"):          # the cache's store: keep the newest load states only
+            store.prune(kept_state.PREFIX, kept_state.KEPT_FILES)
+        return fed[0], 0
+    try:
+        return (kept_state.state_from_arrays(model, arrays), len(load)) if arrays else (None, 0)
+    except (ValueError, KeyError, IndexError):
+        return None, 0
 
 
 def _on_engine(cg: CompiledGpu | MergedGpu, mode: str) -> bool:
