@@ -219,3 +219,25 @@ def test_user_kernels_writeback_cost_exact(case) -> None:
         r = launch(kernel, [a.copy() if isinstance(a, np.ndarray) else a for a in args], grid=shape[0],
                    block=shape[1], step_limit=case.step_limit)
         user._check(case, args, shape, list(r.arrays.values()))
+
+
+def test_packing_keeps_a_chain_of_local_values_from_crossing_chunks() -> None:
+    """lower._pack with the room rule: a chain of block-local values (the division's search: ks = k + s,
+    t = n >> ks, c = t < d, k = c ? k : ks, five times) is cut where only the small k crosses, never after
+    the wide t; the packing chosen costs fewer tokens than the one without the rule."""
+    from qgpu_min.cuda.lower import _best_pack, _chunk_cost, _pack
+    from qgpu_min.cuda.lower_ir import V
+    from qgpu_min.machine.isa import ZERO, Instr
+    n, d, k, ks, t, c = 1, 2, 3, 4, 5, 6
+    ops = []
+    for s in (16, 8, 4, 2, 1):
+        ops += [Instr("ADD", ks, k, imm=s, bimm=True), Instr("SHR", t, n, ks), Instr("SLTU", c, t, d),
+                Instr("SEL", k, c, k, rc=ks)]
+    slots = [(i, V(i.op)) for i in ops]
+    local = set(range(len(ops) - 1))                  # every value but the last k stays in the block
+    with_rule = _pack(slots, GPU, ZERO, {}, local, True)
+    without = _pack(slots, GPU, ZERO, {}, local, False)
+    for pre, mem, post in with_rule[:-1]:
+        assert [x for x in pre + post if x][-1][0].op != "SHR", "the wide t crosses into the next chunk"
+    assert _chunk_cost(with_rule, {k}) < _chunk_cost(without, {k})
+    assert _chunk_cost(_best_pack(slots, GPU, ZERO, {}, local, {k}), {k}) == _chunk_cost(with_rule, {k})

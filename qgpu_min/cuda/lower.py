@@ -108,7 +108,8 @@ def _check_ops(ops: list[Slot], fmt: BlockFormat) -> None:
 
 
 def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = ZERO,
-          remat: dict[int, set[int]] | None = None, local: set[int] | None = None) -> list[Chunk]:
+          remat: dict[int, set[int]] | None = None, local: set[int] | None = None,
+          by_room: bool = True) -> list[Chunk]:
     """Schedule a basic block's instructions into (pre, mem, post) chunks of format ``fmt``.
 
     List scheduling over register dependences (memory ops keep their order): each chunk first takes
@@ -199,12 +200,17 @@ def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = 
                 return True
         return False
 
-    def wanted(k: int, need: set[int], mem_next: int | None) -> bool:
+    def wanted(k: int, need: set[int], mem_next: int | None, room: int) -> bool:
         """A local op is placed now only if something in reach of this chunk reads it, or it is the last
         reader of a local value written in this chunk (placing it then ends one value as it starts
         another; a value from an earlier chunk is written back already, and staying live costs nothing
-        more), or nothing but such ops is left (the BR register's compare)."""
+        more), or nothing but such ops is left (the BR register's compare). ``room``: the chunk's ALU
+        slots after this one; with none left a reader cannot follow, and with some a ready reader can."""
         if k not in local or k in need:
+            return True
+        if by_room and readers[k] and room == 0:
+            return False
+        if by_room and any(j not in done and not ops[j][0].is_mem and preds[j] - {k} <= done for j in readers[k]):
             return True
         if reads_on(k, need, mem_next, set(), 3):
             return True
@@ -215,10 +221,13 @@ def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = 
 
     def take(n_slots: int, allows: Callable[[int, str], bool], need: set[int],
              placed: list[Instr], here: set[int], lazy: bool = False,
-             mem_next: int | None = None) -> list[int | None]:
+             mem_next: int | None = None, later: int = 0) -> list[int | None]:
+        """Fill up to n_slots slots; ``later``: the chunk's ALU slots after these (its post slots)."""
         picked: list[int | None] = []
         for slot in range(n_slots):
-            ready = candidates(here, (lambda k: wanted(k, need, mem_next)) if lazy else (lambda k: True), mem_next)
+            room = n_slots - slot - 1 + later
+            ready = candidates(here, (lambda k: wanted(k, need, mem_next, room)) if lazy else (lambda k: True),
+                               mem_next)
             if not ready:
                 break
             fit = [k for k in ready if allows(slot, ops[k][0].op) and within_reads(placed, ops[k][0])]
@@ -254,7 +263,7 @@ def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = 
             done.clear()
             done.update(saved)
             placed, here = [], set()
-            pre = take(fmt.n_pre, fmt.pre_allows, need, placed, here, lazy, nxt)
+            pre = take(fmt.n_pre, fmt.pre_allows, need, placed, here, lazy, nxt, later=fmt.n_post)
             mem = nxt if nxt is not None and preds[nxt] <= done and consts[nxt] <= here \
                 and within_reads(placed, ops[nxt][0]) else None
             if mem is not None:
@@ -277,16 +286,26 @@ def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = 
     return chunks or [([], None, [])]
 
 
+SMALL_RESULTS = frozenset({"SEQ", "SNE", "SLT", "SLE", "SLTU", "SLEU"})     # 0 or 1
+
+
+def _writeback_tokens(ins: Instr) -> int:
+    """The write-back tokens a lane's value of ins likely costs: one for a value known to lie in [-128, 128)
+    (a compare, an AND with a small mask), else three (a wide write-back, WA WB W3)."""
+    small = ins.op in SMALL_RESULTS or (ins.op == "AND" and ins.bimm and 0 <= ins.imm < 128)
+    return 1 if small else 3
+
+
 def _chunk_cost(chunks: list[Chunk], live_out: set[int], branch_reg: int = ZERO) -> int:
-    """Tokens per lane that running these chunks costs the GPU: one EXEC per chunk plus one write-back
-    per register a chunk writes that is read after it (a later chunk, the last chunk's BR on
-    ``branch_reg``, or ``live_out`` of the block)."""
+    """Tokens per lane that running these chunks likely costs the GPU: one EXEC per chunk plus the
+    write-back (_writeback_tokens) of each register a chunk writes that is read after it (a later chunk,
+    the last chunk's BR on ``branch_reg``, or ``live_out`` of the block)."""
     cost, live = 0, set(live_out) | ({branch_reg} - {ZERO})
     for pre, mem, post in reversed(chunks):
         instrs = [x[0] for x in pre + [mem] + post if x is not None]
-        writes = set().union(*(_rw(i)[1] for i in instrs)) if instrs else set()
-        cost += 1 + len(writes & live)
-        live = (live - writes) | live_in_reads(instrs)
+        last = {r: i for i in instrs for r in _rw(i)[1]}     # each register's last writer in the chunk
+        cost += 1 + sum(_writeback_tokens(i) for r, i in last.items() if r in live)
+        live = (live - set(last)) | live_in_reads(instrs)
     return cost
 
 
@@ -297,7 +316,7 @@ def _best_pack(ops: list[Slot], fmt: BlockFormat, branch_reg: int, remat: dict[i
     if not remat and not local:
         return _pack(ops, fmt, branch_reg)
     tries = []
-    for args in ((remat, local), (remat, set()), ({}, set())):
+    for args in ((remat, local, True), (remat, local, False), (remat, set()), ({}, set())):
         try:
             tries.append(_pack(ops, fmt, branch_reg, *args))
         except CapacityError:

@@ -38,7 +38,7 @@ HOW: dict[str, str] = {
     "cnot": "`SEQ x, 0`",
     "cvt": "integer width conversions: masks, sign extension by shifts; floating point is refused",
     "cvta": "nothing (one memory): a copy",
-    "div": "a shift-and-subtract loop, or a multiply by a constant for a constant divisor",
+    "div": "a restoring loop of one step per quotient bit (docs/cuda.md, \"Division\"), or a multiply by a constant for a constant divisor",
     "exit": "`EXIT`",
     "ld": "`LD`/`LDH`/`LDHU`/`LDB`/`LDBU` (table below); `.param` reads become the bound immediates; vectors "
           "and 64-bit as several words",
