@@ -145,3 +145,12 @@ def test_only_the_newest_load_states_stay(tmp_path):
     names = sorted(p.name for p in tmp_path.iterdir())
     kept = [n for n in names if kept_state.PREFIX in n]
     assert len(kept) == kept_state.KEPT_FILES and kept[0].endswith("fp32.0005.npz") and "kkkkkkkk.head.w32.npz" in names
+
+
+def test_the_switch_turns_the_files_off(dot, tmp_path, monkeypatch):
+    monkeypatch.setenv(kept_state.ENV_VAR, "0")
+    im = _image(dot, [1, 2, 3], [4, 5, 6])
+    load, run = prompt_parts(im.program, im.memory, (3, 1), SPEC)
+    for _ in range(2):
+        assert _final(_on_disk(tmp_path), load + run, "fp32", len(load))[0].reused == 0
+    assert not [p for p in tmp_path.iterdir() if ".load." in p.name]

@@ -253,6 +253,9 @@ def bench_batch(n: int, mode: str, repeat: int) -> dict:
 
 
 def main() -> int:
+    from qgpu_min.gpu import kept_state
+    # every launch's prefill is timed over its whole prompt: no load state from the files a process before left
+    os.environ[kept_state.ENV_VAR] = "0"
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--mode", choices=("fp32", "bf16"), default="fp32")

@@ -7,11 +7,13 @@ recurrent and conv state as the positions and bits of its nonzero words (a load 
 -0.0 is a nonzero word here, so it comes back as -0.0), the layers still all-zero (State.zero), the clean
 flags and the position. The name carries a hash of the mode and the ids; the cache checks digest, format and
 key like every derived file (gpu/cache.DerivedStore) and makes a damaged one again. Only states without
-attention caches or deferred text are kept (the circuit-only model has neither).
+attention caches or deferred text are kept (the circuit-only model has neither). QGPU_KEEP_LOADS=0 turns
+the files off (tools/bench_gpu.py does, to time whole prompts).
 """
 from __future__ import annotations
 
 import hashlib
+import os
 
 import numpy as np
 
@@ -19,6 +21,13 @@ from ..model.forward import Model, State
 
 PREFIX = "load."
 KEPT_FILES = 32     # load states kept per cache entry, the newest (older ones are removed)
+
+
+ENV_VAR = "QGPU_KEEP_LOADS"
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV_VAR, "1") != "0"
 
 
 def name(mode: str, ids: list[int]) -> str:

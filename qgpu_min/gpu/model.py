@@ -274,7 +274,7 @@ def _from_disk(cg: CompiledGpu | MergedGpu, model: Model, mode: str, load: list[
     """The loaded state from the file beside the cache entry (gpu/kept_state.py), or fed now and written there;
     (None, 0) where cg has no cache entry or the state cannot be kept."""
     store = getattr(cg, "store", None)
-    if store is None:
+    if store is None or not kept_state.enabled():
         return None, 0
     fed: list[State] = []
 
