@@ -1,8 +1,8 @@
 """The install a constrained environment gets (`-m slow`: builds a wheel and a fresh venv, a minute or two):
 `pip wheel .` makes a platform wheel with the C core built in; in a fresh venv it installs with CC and CXX
 pointing nowhere (no compiler runs), brings no CUDA compiler (ziglang is the `cuda` extra), and there the
-README's dot kernel as a saved program gives out = [32] on the GPU in the weights, while compiling CUDA says
-what to install."""
+README's dot kernel as a saved program gives out = [32] on the GPU in the weights, chat's calculator runs its
+launches from its shipped saved programs, and compiling CUDA says what to install."""
 from __future__ import annotations
 
 import os
@@ -40,6 +40,10 @@ def test_the_wheel_installs_and_runs_without_any_compiler(tmp_path):
     args = ["--arg", "[1,2,3]", "--arg", "[4,5,6]", "--arg", "zeros(1)", "--arg", "3"]
     out = _run([py, "-m", "qgpu_min", "run", saved, *args], env=env, cwd=tmp_path)
     assert out.returncode == 0 and "out = [32]" in out.stdout, out.stdout + out.stderr
+    # chat's calculator (what normal-mode chat launches) from its shipped saved programs, no compiler
+    calc = _run([py, "-c", "from qgpu_min.chat import calc; r = calc.evaluate('[1, 2, 3] @ [4, 5, 6] + sort([3, 1, 2])'); "
+                 "print(r.value, len(r.launches))"], env=env, cwd=tmp_path)
+    assert calc.returncode == 0 and calc.stdout.split() == ["[33,", "34,", "35]", "3"], calc.stdout + calc.stderr
     where = _run([py, "-c", "import qgpu_min._core as c; print(c.__file__)"], env=env, cwd=tmp_path)
     assert str(tmp_path / "env") in where.stdout            # the wheel's C core, not the checkout's
     cu = _run([py, "-m", "qgpu_min", "run", ROOT / "examples" / "dot.cu", *args], env=env, cwd=tmp_path)
