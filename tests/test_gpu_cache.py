@@ -5,6 +5,7 @@ and changes with any unit weight."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import threading
 from pathlib import Path
@@ -393,3 +394,16 @@ def test_embedding_bits_from_the_csr_equal_the_reference():
     assert EmbedCsr((40, 70), indptr, cols.astype(np.int32), dense[rows, cols] + 0.001).bits() is None
     with pytest.raises(ValueError, match="do not fit the shape"):
         EmbedCsr((40, 60), indptr, cols.astype(np.int32), dense[rows, cols]).bits()
+
+
+def test_entries_of_other_definitions_are_pruned(tmp_path):
+    keys = [f"{i:064x}" for i in range(5)]
+    for i, k in enumerate(keys):                          # older keys first
+        for name in (f"{k}.npz", f"{k}.head.w32.npz", f"{k}.load.fp32.ab.npz"):
+            (tmp_path / name).write_bytes(b"x")
+            os.utime(tmp_path / name, ns=(i * 10**9, i * 10**9))
+    (tmp_path / "notes.txt").write_text("not an entry")
+    cache.prune_other_entries(tmp_path, keys[1], keep=3)
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted(["notes.txt"] + [f"{k}{suffix}" for k in (keys[1], keys[3], keys[4])
+                                            for suffix in (".npz", ".head.w32.npz", ".load.fp32.ab.npz")])

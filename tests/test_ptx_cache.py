@@ -106,3 +106,10 @@ def test_a_key_covers_the_headers(tmp_path):
     assert ptx_cache.key(SOURCE, "kernel.cu", ["-O2"], "who", inc) != k
     assert ptx_cache.key(SOURCE, "other.cu", ["-O2"], "who", inc) != ptx_cache.key(SOURCE, "kernel.cu", ["-O2"], "who", inc)
     assert ptx_cache.key('#include "x.h"\n' + SOURCE, "kernel.cu", [], "who", inc) is None
+
+
+def test_only_the_newest_entries_stay(cache_home):
+    for j in range(7):
+        ptx_cache.store(f"{j:064x}", {"text": "x", "compiler": "c", "address_size": 32, "diagnostics": ""}, keep=4)
+        os.utime(cache_home / f"{j:064x}.json", ns=(j * 10**9, j * 10**9))
+    assert sorted(p.stem for p in cache_home.iterdir()) == [f"{j:064x}" for j in range(3, 7)]

@@ -5,7 +5,8 @@ The key holds everything the PTX depends on: the source text and the name it is 
 name it), the flags, our prelude and header stubs, and which compiler discovery would pick, by each
 candidate's command and the size and time of its executable (no process runs for that). A source with a
 quoted `#include` depends on files the key cannot see and is never kept. Only successful compiles are
-kept; an entry that does not read back whole is compiled again. QGPU_PTX_CACHE=0 turns the cache off.
+kept (the newest 512); an entry that does not read back whole is compiled again. QGPU_PTX_CACHE=0 turns the
+cache off.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from ..files import user_cache_root, write_text_atomic
 
 ENV_VAR = "QGPU_PTX_CACHE"
 VERSION = 1
+KEPT_ENTRIES = 512      # the newest compiles kept (a few KB each); older ones are removed
 _QUOTED_INCLUDE = re.compile(r'^\s*#\s*include\s*"', re.MULTILINE)
 
 
@@ -79,10 +81,14 @@ def load(k: str) -> dict | None:
     return {f: entry[f] for f in fields}
 
 
-def store(k: str, result: dict) -> None:
-    """Keep a result; a cache that cannot be written is no error (the next run compiles again)."""
+def store(k: str, result: dict, keep: int = KEPT_ENTRIES) -> None:
+    """Keep a result, and the newest `keep` results in all; a cache that cannot be written is no error (the
+    next run compiles again)."""
     try:
         cache_dir().mkdir(parents=True, exist_ok=True)
         write_text_atomic(cache_dir() / f"{k}.json", json.dumps({"version": VERSION, **result}))
+        entries = sorted(cache_dir().glob("*.json"), key=lambda p: (p.stat().st_mtime_ns, p.name))
+        for old in entries[:max(0, len(entries) - keep)]:
+            old.unlink()
     except OSError:
         pass

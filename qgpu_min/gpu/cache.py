@@ -23,6 +23,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -450,6 +451,28 @@ def _try_load(path: Path, key: str, spec: GpuSpec, shape: BaseShape) -> Compiled
     return None
 
 
+KEPT_KEYS = 3      # circuit definitions whose entries a cache folder keeps (~95 MB each with their derived files)
+_ENTRY_NAME = re.compile(r"[0-9a-f]{64}\.npz")
+
+
+def prune_other_entries(cache_dir: Path, key: str, keep: int = KEPT_KEYS) -> None:
+    """After writing the entry `key`: remove the entries of other definitions (older code, other specs) and
+    the files derived from them, all but the newest keep - 1 (a file that cannot be removed is left)."""
+    def age(p: Path) -> int:
+        try:
+            return p.stat().st_mtime_ns
+        except OSError:
+            return 0
+    others = sorted((p for p in Path(cache_dir).iterdir() if _ENTRY_NAME.fullmatch(p.name) and p.stem != key),
+                    key=age, reverse=True)
+    for old in others[max(0, keep - 1):]:
+        for f in Path(cache_dir).glob(f"{old.stem}.*"):
+            try:
+                f.unlink()
+            except OSError:
+                pass
+
+
 def load_or_compile(spec: GpuSpec = GpuSpec(), shape: BaseShape = BaseShape(), cache_dir: str | Path | None = None,
                     progress: Progress | None = None) -> CompiledGpu:
     """The compiled GPU, its layers, embedding and data readout from the cache when an intact entry for this
@@ -473,6 +496,7 @@ def load_or_compile(spec: GpuSpec = GpuSpec(), shape: BaseShape = BaseShape(), c
         write_entry(path, arrays)
         if progress is not None:
             progress(f"cached at {path}")
+        prune_other_entries(path.parent, key)
     except OSError as e:
         _warn(f"could not write the GPU cache entry {path} ({e}); compiling again next time")
     # the layers as a warm load returns them (dropping emit's per-entry lists); the embedding as emitted,

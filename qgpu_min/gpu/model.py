@@ -243,7 +243,7 @@ class ModelRun:
     reused: int = 0            # prompt tokens not fed: a state saved after them was taken up (load_state)
 
 
-LOADED_KEPT = 4    # programs whose loaded state a compiled GPU keeps (a state is tens of MB)
+LOADED_KEPT = 4    # programs whose loaded state a compiled GPU keeps (as its nonzero words: ~1 MB each)
 _LOADED_LOCK = threading.Lock()
 
 
@@ -258,24 +258,34 @@ def load_state(cg: CompiledGpu | MergedGpu, model: Model, mode: str, load: list[
         if kept is not None:
             cg.loaded.move_to_end(key)
     if kept is not None:
-        return copy.deepcopy(kept), len(load)
-    state, reused = _from_disk(cg, model, mode, load, feed)
+        return _take_up(model, kept), len(load)
+    state, reused, arrays = _from_disk(cg, model, mode, load, feed)
     if state is None:
         state = model.new_state()
         (feed or model.prefill)(state, load)
+    if arrays is None:
+        arrays = kept_state.state_arrays(state) if kept_state.keepable(state) else copy.deepcopy(state)
     with _LOADED_LOCK:
-        cg.loaded[key] = copy.deepcopy(state)
+        cg.loaded[key] = arrays
         while len(cg.loaded) > LOADED_KEPT:
             cg.loaded.popitem(last=False)
     return state, reused
 
 
-def _from_disk(cg: CompiledGpu | MergedGpu, model: Model, mode: str, load: list[int], feed) -> tuple[State | None, int]:
-    """The loaded state from the file beside the cache entry (gpu/kept_state.py), or fed now and written there;
-    (None, 0) where cg has no cache entry or the state cannot be kept."""
+def _take_up(model: Model, kept) -> State:
+    """A new state equal to a kept one: kept as its nonzero words (kept_state.state_arrays: ~1% of a loaded
+    state's tens of MB), or, for a state with attention caches, as a whole copy."""
+    return kept_state.state_from_arrays(model, kept) if isinstance(kept, dict) else copy.deepcopy(kept)
+
+
+def _from_disk(cg: CompiledGpu | MergedGpu, model: Model, mode: str, load: list[int],
+               feed) -> tuple[State | None, int, dict | None]:
+    """(state, tokens not fed, its kept_state arrays): the loaded state from the file beside the cache entry
+    (gpu/kept_state.py), or fed now and written there; (None, 0, None) where cg has no cache entry or the
+    state cannot be kept."""
     store = getattr(cg, "store", None)
     if store is None or not kept_state.enabled():
-        return None, 0
+        return None, 0, None
     fed: list[State] = []
 
     def make() -> dict:
@@ -287,11 +297,11 @@ def _from_disk(cg: CompiledGpu | MergedGpu, model: Model, mode: str, load: list[
     if fed:
         if hasattr(store, "prune"):          # the cache's store: keep the newest load states only
             store.prune(kept_state.PREFIX, kept_state.KEPT_FILES)
-        return fed[0], 0
+        return fed[0], 0, arrays or None
     try:
-        return (kept_state.state_from_arrays(model, arrays), len(load)) if arrays else (None, 0)
+        return (kept_state.state_from_arrays(model, arrays), len(load), arrays) if arrays else (None, 0, None)
     except (ValueError, KeyError, IndexError):
-        return None, 0
+        return None, 0, None
 
 
 def _on_engine(cg: CompiledGpu | MergedGpu, mode: str) -> bool:
