@@ -4,7 +4,7 @@ under qemu-user. Run it before a change to csrc/ lands (docs/ccore.md, "aarch64"
 
     python3 tools/aarch64_check.py [--root DIR] [-k EXPR] [pytest args...]
 
-What it needs, fetched once into --root (default ~/.cache/qgpu-min/aarch64; ~60 MB):
+What it needs, fetched once into --root (default ~/.cache/qgpu-min/aarch64; ~190 MB with the downloads):
 - qemu-user (`apt-get install qemu-user`: the `qemu-aarch64` command);
 - Debian 12's arm64 CPython 3.11 and the libraries it links, unpacked from their .deb files (`dpkg
   --add-architecture arm64 && apt-get update` once, then this tool runs `apt-get download` and `dpkg -x`:
@@ -40,42 +40,40 @@ def _run(cmd: list[str], **kw) -> None:
     subprocess.run(cmd, check=True, **kw)
 
 
+def _unpacked(root: Path, name: str, ready: str, download: list[str], pattern: str, unpack) -> Path:
+    """root/name: the files `download` fetches into root/<name>.files (run there), each file matching `pattern`
+    unpacked by unpack(file, folder) into it; made once (`ready` exists inside it once it is whole)."""
+    out = root / name
+    if (out / ready).exists():
+        return out
+    files = root / f"{name}.files"
+    files.mkdir(parents=True, exist_ok=True)
+    _run(download, cwd=files)
+    tmp = root / f"{name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    for f in sorted(files.glob(pattern)):
+        unpack(f, tmp)
+    tmp.rename(out)
+    return out
+
+
 def sysroot(root: Path) -> Path:
     """Debian's arm64 CPython and its libraries, unpacked (no package is installed)."""
-    sys_root = root / "sysroot"
-    if (sys_root / "usr/bin/python3.11").exists():
-        return sys_root
-    debs = root / "debs"
-    debs.mkdir(parents=True, exist_ok=True)
     try:
-        _run(["apt-get", "download", *(f"{d}:arm64" for d in DEBS)], cwd=debs)
+        return _unpacked(root, "sysroot", "usr/bin/python3.11", ["apt-get", "download", *(f"{d}:arm64" for d in DEBS)],
+                         "*.deb", lambda f, to: _run(["dpkg", "-x", str(f), str(to)]))
     except (OSError, subprocess.CalledProcessError) as e:
         raise SystemExit(f"could not download Debian's arm64 packages ({e}); run `dpkg --add-architecture arm64 "
                          f"&& apt-get update` once first") from None
-    tmp = root / "sysroot.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    for deb in sorted(debs.glob("*.deb")):
-        _run(["dpkg", "-x", str(deb), str(tmp)])
-    tmp.rename(sys_root)
-    return sys_root
 
 
 def site(root: Path) -> Path:
     """numpy, cffi, pytest and hypothesis for arm64 CPython 3.11, unzipped from PyPI's wheels."""
-    out = root / "site"
-    if (out / "numpy").exists():
-        return out
-    wheels = root / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
-    _run([sys.executable, "-m", "pip", "download", "-q", "--dest", str(wheels), "--only-binary=:all:",
-          "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
-          "--platform", "manylinux2014_aarch64", "--platform", "manylinux_2_28_aarch64", *WHEELS])
-    tmp = root / "site.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    for whl in sorted(wheels.glob("*.whl")):
-        _run([sys.executable, "-m", "zipfile", "-e", str(whl), str(tmp)], stdout=subprocess.DEVNULL)
-    tmp.rename(out)
-    return out
+    download = [sys.executable, "-m", "pip", "download", "-q", "--dest", ".", "--only-binary=:all:",
+                "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
+                "--platform", "manylinux2014_aarch64", "--platform", "manylinux_2_28_aarch64", *WHEELS]
+    return _unpacked(root, "site", "numpy", download, "*.whl", lambda f, to: _run(
+        [sys.executable, "-m", "zipfile", "-e", str(f), str(to)], stdout=subprocess.DEVNULL))
 
 
 def build_core(root: Path, sys_root: Path) -> Path:
