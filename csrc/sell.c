@@ -74,9 +74,6 @@ void qgpu_sell_matvec(const qgpu_sell *a, const float *x, float *y) {
 
 /* ---- several inputs at once -------------------------------------------------------------------------- */
 
-/* The batched form: the inputs transposed, xt[col * QGPU_BATCH + b] = input b's column col, so one step of a
- * slice is, per lane r, a contiguous load of its column's QGPU_BATCH values and a multiply by the lane's
- * weight (no gather); each (row, input) pair is its own sum in the same order as qgpu_sell_matvec's. */
 /* A slice's sums, acc[lane][input], to their output rows (dest[lane] >= 0) of each of the nb inputs. */
 SELL_BODY void batch_store(const int32_t *dest, float acc[QGPU_SELL_LANES][QGPU_BATCH], size_t nb, float *const *y) {
     for (int r = 0; r < QGPU_SELL_LANES; r++)
@@ -84,6 +81,9 @@ SELL_BODY void batch_store(const int32_t *dest, float acc[QGPU_SELL_LANES][QGPU_
             for (size_t b = 0; b < nb; b++) y[b][dest[r]] = acc[r][b];
 }
 
+/* The batched form: the inputs transposed, xt[col * QGPU_BATCH + b] = input b's column col, so one step of a
+ * slice is, per lane r, a contiguous load of its column's QGPU_BATCH values and a multiply by the lane's
+ * weight (no gather); each (row, input) pair is its own sum in the same order as qgpu_sell_matvec's. */
 SELL_BODY void sell_batch_product(const qgpu_sell *a, const float *xt, size_t nb, float *const *y) {
     for (size_t s = 0; s < a->slices; s++) {
         float acc[QGPU_SELL_LANES][QGPU_BATCH];

@@ -57,6 +57,26 @@ def write_text_atomic(path: str | Path, text: str) -> None:
         f.write(text.encode("utf-8"))
 
 
+def older_than_newest(paths, keep: int) -> list[Path]:
+    """All but the `keep` newest of `paths` (by modification time, then name), oldest first; a path that is
+    gone by now counts as oldest."""
+    def age(p: Path) -> tuple[int, str]:
+        try:
+            return Path(p).stat().st_mtime_ns, Path(p).name
+        except OSError:
+            return 0, Path(p).name
+    ordered = sorted((Path(p) for p in paths), key=age)
+    return ordered[:max(0, len(ordered) - keep)]
+
+
+def unlink_quietly(path: Path) -> None:
+    """Remove a cache file; one another process removed first, or that cannot be removed, is left alone."""
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
 def user_cache_root() -> Path:
     """<$XDG_CACHE_HOME or ~/.cache>/qgpu-min: the GPU cache, built checkpoints and the CUDA path's library
     live below it."""

@@ -112,18 +112,24 @@ def _candidates() -> list[tuple[tuple[str, ...], str]]:
     return found
 
 
+def _is_zig(setting: str) -> bool:
+    return setting in ("zig", "ziglang")
+
+
+def _setting_argv(setting: str) -> tuple[str, ...] | None:
+    """The command a compiler setting names ('zig', a name on PATH, a path), or None where it is not found."""
+    if _is_zig(setting):
+        return _zig_argv()
+    path = shutil.which(setting)
+    return (path,) if path else None
+
+
 def _explicit(setting: str) -> Compiler:
-    if setting in ("zig", "ziglang"):
-        argv = _zig_argv()
-        if argv is None:
-            raise CompilerNotFoundError(f"compiler {setting!r} was asked for, but the ziglang wheel is not "
-                                        f"installed. {HOW_TO_GET_ONE}")
-        compiler = _probe(argv, "zig ")
-    else:
-        path = shutil.which(setting)
-        if path is None:
-            raise CompilerNotFoundError(f"compiler {setting!r} was asked for, but it is not found. {HOW_TO_GET_ONE}")
-        compiler = _probe((path,))
+    argv = _setting_argv(setting)
+    if argv is None:
+        where = "the ziglang wheel is not installed" if _is_zig(setting) else "it is not found"
+        raise CompilerNotFoundError(f"compiler {setting!r} was asked for, but {where}. {HOW_TO_GET_ONE}")
+    compiler = _probe(argv, "zig " if _is_zig(setting) else "")
     if compiler is None:
         raise CompilerNotFoundError(f"{setting!r} does not report itself as clang or nvcc (`--version`). "
                                     f"{HOW_TO_GET_ONE}")
@@ -250,8 +256,7 @@ def _cache_key(source: str | Path, path: Path | None, compiler: str | Compiler |
     if isinstance(compiler, Compiler):
         argvs = [compiler.argv]
     elif setting := (compiler or os.environ.get(ENV_VAR) or None):
-        found = _zig_argv() if setting in ("zig", "ziglang") else (shutil.which(setting),)
-        argvs = [found] if found and found[0] else []
+        argvs = [argv] if (argv := _setting_argv(setting)) else []
     else:
         argvs = [argv for argv, _ in _candidates()]
     who = ptx_cache.fingerprint(argvs)

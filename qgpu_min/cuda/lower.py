@@ -25,7 +25,7 @@ from .lower_cfg import build_blocks, exit_directly, layout, thread_jumps
 from .lower_expand import expand_missing_ops
 from .lower_ir import RZ, MemoryLayout, V
 from .lower_ops import Lowerer
-from .lower_opt import optimize
+from .lower_opt import COMPARES, optimize
 from .lower_regalloc import allocate, dead_code, liveness
 from .lower_remat import (constant_def, drop_known_constants, fold_derived_ivs, recolour_zero_inits,
                           rematerialise)
@@ -286,13 +286,10 @@ def _pack(ops: list[Slot], fmt: BlockFormat = MACHINE_FORMAT, branch_reg: int = 
     return chunks or [([], None, [])]
 
 
-SMALL_RESULTS = frozenset({"SEQ", "SNE", "SLT", "SLE", "SLTU", "SLEU"})     # 0 or 1
-
-
 def _writeback_tokens(ins: Instr) -> int:
     """The write-back tokens a lane's value of ins likely costs: one for a value known to lie in [-128, 128)
     (a compare, an AND with a small mask), else three (a wide write-back, WA WB W3)."""
-    small = ins.op in SMALL_RESULTS or (ins.op == "AND" and ins.bimm and 0 <= ins.imm < 128)
+    small = ins.op in COMPARES or (ins.op == "AND" and ins.bimm and 0 <= ins.imm < 128)
     return 1 if small else 3
 
 

@@ -14,6 +14,7 @@ from .lower_arith import divmod_loop, sdiv_const, udiv_const
 from .lower_bits import BitOps
 from .lower_ir import INT_TYPES, M32, RZ, LoweringError, MemoryLayout, V, instr_type, instr_width
 from .lower_mem import MemOps
+from .lower_opt import COMMUTATIVE
 from .lower_wide import WideOps, hi
 from .ptx import FloatImm, Function, Imm, Instr, Label, Mem, Pair, PtxModule, Reg, SReg, Sym, Vec, type_width
 
@@ -27,7 +28,6 @@ CMP_OPS = {  # cmp -> (machine op, swap operands, force unsigned)
     "lo": ("SLT", False, True), "ls": ("SLE", False, True),
     "hi": ("SLT", True, True), "hs": ("SLE", True, True),
 }
-COMMUTATIVE = {"ADD", "MUL", "MULHU", "AND", "OR", "XOR", "SEQ", "SNE", "MIN", "MAX", "MINU", "MAXU"}
 NOPS = {"membar", "fence", "pmevent", "prefetch", "prefetchu"}
 WIDE = {"add": "w_binop", "sub": "w_binop", "mul": "w_binop", "mad": "w_binop", "and": "w_binop",
         "or": "w_binop", "xor": "w_binop", "not": "w_unary", "neg": "w_unary", "abs": "w_unary",

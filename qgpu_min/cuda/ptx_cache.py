@@ -17,7 +17,7 @@ import os
 import re
 from pathlib import Path
 
-from ..files import user_cache_root, write_text_atomic
+from ..files import older_than_newest, unlink_quietly, user_cache_root, write_text_atomic
 
 ENV_VAR = "QGPU_PTX_CACHE"
 VERSION = 1
@@ -87,8 +87,7 @@ def store(k: str, result: dict, keep: int = KEPT_ENTRIES) -> None:
     try:
         cache_dir().mkdir(parents=True, exist_ok=True)
         write_text_atomic(cache_dir() / f"{k}.json", json.dumps({"version": VERSION, **result}))
-        entries = sorted(cache_dir().glob("*.json"), key=lambda p: (p.stat().st_mtime_ns, p.name))
-        for old in entries[:max(0, len(entries) - keep)]:
-            old.unlink()
     except OSError:
-        pass
+        return
+    for old in older_than_newest(cache_dir().glob("*.json"), keep):
+        unlink_quietly(old)

@@ -35,7 +35,7 @@ from ..circuit.compile import BaseShape, Coo, LayerWeights, Plan, check_exact_we
 from ..circuit.ir import CONST, Circuit, Gate, Group, Unit
 from ..circuit.margin import static_check
 from ..circuit.run import Readout, embedding_rows
-from ..files import atomic_output, user_cache_root
+from ..files import atomic_output, older_than_newest, unlink_quietly, user_cache_root
 from ..model.bf16 import bf16_to_f32
 from . import layout as layout_module, vocab as vocab_module
 from .core import GpuCircuit, build
@@ -369,17 +369,8 @@ class DerivedStore:
     def prune(self, prefix: str, keep: int) -> None:
         """Remove all but the `keep` newest derived files <key>.<prefix>*.npz (one another process removed
         first, or cannot be removed, is left alone)."""
-        def age(p: Path) -> tuple[int, str]:
-            try:
-                return p.stat().st_mtime_ns, p.name
-            except OSError:
-                return 0, p.name
-        files = sorted(Path(self.cache_dir).glob(f"{self.key}.{prefix}*.npz"), key=age)
-        for old in files[:max(0, len(files) - keep)]:
-            try:
-                old.unlink()
-            except OSError:
-                pass
+        for old in older_than_newest(Path(self.cache_dir).glob(f"{self.key}.{prefix}*.npz"), keep):
+            unlink_quietly(old)
 
 
 def _coo_of(arrays: dict[str, np.ndarray], prefix: str) -> Coo:
@@ -458,19 +449,10 @@ _ENTRY_NAME = re.compile(r"[0-9a-f]{64}\.npz")
 def prune_other_entries(cache_dir: Path, key: str, keep: int = KEPT_KEYS) -> None:
     """After writing the entry `key`: remove the entries of other definitions (older code, other specs) and
     the files derived from them, all but the newest keep - 1 (a file that cannot be removed is left)."""
-    def age(p: Path) -> int:
-        try:
-            return p.stat().st_mtime_ns
-        except OSError:
-            return 0
-    others = sorted((p for p in Path(cache_dir).iterdir() if _ENTRY_NAME.fullmatch(p.name) and p.stem != key),
-                    key=age, reverse=True)
-    for old in others[max(0, keep - 1):]:
+    others = [p for p in Path(cache_dir).iterdir() if _ENTRY_NAME.fullmatch(p.name) and p.stem != key]
+    for old in older_than_newest(others, keep - 1):
         for f in Path(cache_dir).glob(f"{old.stem}.*"):
-            try:
-                f.unlink()
-            except OSError:
-                pass
+            unlink_quietly(f)
 
 
 def load_or_compile(spec: GpuSpec = GpuSpec(), shape: BaseShape = BaseShape(), cache_dir: str | Path | None = None,

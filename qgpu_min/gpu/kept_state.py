@@ -21,8 +21,6 @@ from ..model.forward import Model, State
 
 PREFIX = "load."
 KEPT_FILES = 32     # load states kept per cache entry, the newest (older ones are removed)
-
-
 ENV_VAR = "QGPU_KEEP_LOADS"
 
 
